@@ -1,0 +1,81 @@
+"""``trajectory``: the command line.  Thin: each subcommand lives in
+``streams/commands/<name>.py`` with ``add_arguments(parser)`` and ``run(args) -> int``.
+
+Exit codes: 0 ok, 1 the command ran and found a failure (e.g. ``eval`` verdict
+fail), 2 bad usage or input (a :class:`~streams.errors.TrajectoryError`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+#: (subcommand, module under streams.commands, one-line help). Order is --help order.
+COMMANDS: tuple[tuple[str, str, str], ...] = (
+    ("broker", "broker", "obtain and run a local single-node Kafka (KRaft) on 127.0.0.1"),
+    ("router", "router", "route per-session topics into <prefix>.events (DLQ for bad input)"),
+    ("worker", "worker", "run the Faust worker: session tables, detectors, assessments"),
+    ("simulate", "simulate", "drive a simulated fleet of agents through the publisher SDK"),
+    ("publish", "publish", "publish trajectory files as live sessions through the SDK"),
+    ("analyze", "analyze", "run the detector core offline over trajectory files"),
+    ("summary", "summary", "print AgentV's TraceSummary of trajectory files"),
+    ("eval", "eval", "run AgentV's tool_trajectory evaluator over a trajectory"),
+    ("demo", "demo", "start broker, router and worker, run a simulated fleet, show state live"),
+)
+
+EPILOG = """\
+Typical flow:
+  trajectory broker start                 # local Kafka on 127.0.0.1:9092
+  trajectory router &                     # per-session topics -> traj.events
+  trajectory worker &                     # tables, detectors, assessments
+  trajectory simulate --sessions 20       # a fleet, some of it pathological
+  trajectory analyze run.traj.gz          # the same detectors, offline
+
+Settings come from flags or the environment: KAFKA_BOOTSTRAP, TRAJECTORY_PREFIX,
+TRAJECTORY_SCHEMA_REGISTRY_URL, TRAJECTORY_PRIVACY (full|summary).
+Run `trajectory COMMAND --help` for each command's options and examples.
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="trajectory",
+        description="A Kafka-native trajectory observer for fleets of AI agents.",
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, module_name, help_text in COMMANDS:
+        module = importlib.import_module(f"streams.commands.{module_name}")
+        p = sub.add_parser(
+            name,
+            help=help_text,
+            description=(module.__doc__ or help_text).strip(),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        module.add_arguments(p)
+        p.set_defaults(_run=module.run)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from streams.core.errors import TrajectoryError
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "_run", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args._run(args) or 0)
+    except TrajectoryError as exc:
+        print(f"trajectory {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

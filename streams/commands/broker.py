@@ -1,0 +1,126 @@
+"""Obtain and run a local single-node Kafka 3.9.1 (KRaft, no ZooKeeper) on 127.0.0.1.
+
+The first `start` downloads Kafka's jars from Maven Central with `mvn` (once;
+cached under .cache/kafka/3.9.1, or $TRAJECTORY_CACHE_DIR), formats a data dir
+and starts the broker in the background.  Everything it writes lives in the data
+dir (default .cache/broker): server.properties, data/, logs/server.log, broker.json.
+
+Examples:
+  trajectory broker start                      # 127.0.0.1:9092, prints the bootstrap
+  export KAFKA_BOOTSTRAP=127.0.0.1:9092        # what every other command reads
+  trajectory broker status                     # exit 0 only if it runs AND answers
+  trajectory broker stop                       # SIGTERM, then SIGKILL after --timeout
+  trajectory broker start --port 19092 --controller-port 19093 --data-dir /tmp/k2
+  trajectory broker start --foreground         # logs to the terminal, Ctrl-C stops
+  trajectory broker fetch                      # only download the jars (e.g. in CI)
+
+Topics are NOT auto-created (every process here creates its own topics); pass
+--auto-create-topics for third-party tools that rely on it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=("start", "stop", "status", "fetch"),
+        help="start | stop | status | fetch (download the jars only)",
+    )
+    parser.add_argument(
+        "--port",
+        type=int,
+        default=int(os.environ.get("TRAJECTORY_BROKER_PORT", "9092")),
+        help="client (PLAINTEXT) port on 127.0.0.1 (default 9092, env TRAJECTORY_BROKER_PORT)",
+    )
+    parser.add_argument(
+        "--controller-port",
+        type=int,
+        default=int(os.environ.get("TRAJECTORY_BROKER_CONTROLLER_PORT", "9093")),
+        help="KRaft controller port on 127.0.0.1 (default 9093)",
+    )
+    parser.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help="where the broker keeps config, data, logs and its state file "
+        "(default .cache/broker, or $TRAJECTORY_CACHE_DIR/broker)",
+    )
+    parser.add_argument(
+        "--foreground",
+        action="store_true",
+        help="start: stay attached and log to the terminal until Ctrl-C",
+    )
+    parser.add_argument(
+        "--auto-create-topics",
+        action="store_true",
+        help="start: let the broker create topics on first use (off by default)",
+    )
+    parser.add_argument(
+        "--timeout",
+        type=float,
+        default=None,
+        help="seconds to wait for start (default 120) or for a clean stop (default 30)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from streams.broker import LocalBroker, ensure_jars
+    from streams.broker.local import DEFAULT_START_TIMEOUT_S, DEFAULT_STOP_TIMEOUT_S
+
+    if args.action == "fetch":
+        started = time.monotonic()
+        libs = ensure_jars(quiet=False)
+        print(f"Kafka jars ready in {libs} ({time.monotonic() - started:.1f}s)")
+        return 0
+
+    broker = LocalBroker(
+        args.data_dir,
+        args.port,
+        args.controller_port,
+        auto_create_topics=args.auto_create_topics,
+    )
+    if args.action == "start":
+        timeout = args.timeout or DEFAULT_START_TIMEOUT_S
+        if args.foreground:
+            return broker.run_foreground(timeout)
+        before = broker.status()
+        if before.running:
+            print(f"already running: {before.message}")
+            print(f"KAFKA_BOOTSTRAP={before.bootstrap}")
+            return 0
+        if before.condition == "stale":
+            print(f"note: {before.message}", file=sys.stderr)
+        started = time.monotonic()
+        status = broker.start(timeout)
+        print(
+            f"started Kafka 3.9.1 in {time.monotonic() - started:.1f}s: {status.message}; "
+            f"logs in {broker.config.logs_dir}"
+        )
+        print(f"KAFKA_BOOTSTRAP={status.bootstrap}")
+        return 0
+    if args.action == "stop":
+        before = broker.status()
+        stopped = broker.stop(args.timeout or DEFAULT_STOP_TIMEOUT_S)
+        if stopped:
+            print(f"stopped the broker at {before.bootstrap} (pid {before.pid})")
+        elif before.condition == "stale":
+            print(f"no broker was running; removed {before.message}")
+        else:
+            print(f"no broker was running from {broker.data_dir}")
+        return 0
+    status = broker.status()
+    print(f"{status.condition}: {status.message}")
+    if status.running:
+        print(f"KAFKA_BOOTSTRAP={status.bootstrap}")
+        return 0
+    return 1
+
+
+__all__ = ["add_arguments", "run"]

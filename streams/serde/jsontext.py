@@ -84,13 +84,16 @@ def check_json(value: Any, root: str) -> None:
 
 
 def dumps_json(value: Any, root: str) -> str:
-    """Compact JSON text of ``value`` (UTF-8 kept, key order kept as given)."""
+    """Compact JSON text of ``value`` (UTF-8 kept, key order kept as given).
+
+    The value is walked first: ``json.dumps`` would silently turn ``{1: "x"}`` into
+    ``{"1": "x"}`` (the round trip would then differ), so non-``str`` keys, like
+    every other non-JSON value, are an :class:`UnserializableError` naming the path.
+    """
+    check_json(value, root)
     try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
-        bad = find_unencodable(value, root)
-        if bad is not None:
-            raise UnserializableError(bad[0], bad[1]) from exc
         raise UnserializableError(root, str(exc)) from exc
 
 

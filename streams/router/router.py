@@ -1,0 +1,520 @@
+"""The ingest router: per-session topics -> ``<prefix>.events`` (+ DLQ), exactly once.
+
+One confluent-kafka consumer subscribes to ``[session_topic_regex, control_topic]``
+(librdkafka accepts ``^regex`` entries mixed with plain names in one subscription
+and re-matches the regex on every full metadata refresh).  A transactional
+producer forwards each valid message's *original bytes* keyed by session id, or a
+dead letter with ``dlq.*`` headers, and commits the consumed offsets in the same
+transaction (consume-transform-produce, KIP-98/KIP-447):
+
+* a crash (even SIGKILL) loses nothing and duplicates nothing for
+  ``read_committed`` readers: the open transaction is aborted when the same
+  ``transactional.id`` starts again (``init_transactions``), and consumption resumes
+  from the offsets committed by the last *committed* transaction;
+* on an abortable error the transaction is aborted and the consumer rewound to the
+  committed offsets, so the batch is simply processed again;
+* on a fatal error (e.g. fenced by a newer instance with the same transactional id)
+  the router raises :class:`~streams.core.errors.DeliveryError` and stops.
+
+New session topics: the regex refresh alone finds them within
+``metadata_refresh_ms`` (+ a rebalance); an announcement on ``<prefix>.control``
+makes the router request full metadata at once, which triggers the same rebalance
+sooner.  Partitions are assigned with ``cooperative-sticky``, so a new topic adds
+partitions without revoking (and interrupting the transaction on) the others.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Message,
+    Producer,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.core.errors import DeliveryError, InvalidEventError
+from streams.router.announce import PendingTopics, parse_announcement
+from streams.router.config import RouterConfig
+from streams.router.stats import RouterStats, format_status
+from streams.router.validate import (
+    Accepted,
+    EventDecoder,
+    Rejected,
+    check_message,
+    dlq_headers,
+)
+from streams.settings import Settings
+
+log = logging.getLogger("streams.router")
+
+#: A dead letter keeps at most this much of an oversized message (the full value
+#: may not fit the DLQ topic, and a preview is enough to diagnose it).
+DLQ_PREVIEW_BYTES = 64 * 1024
+#: Abort the same batch this many times in a row and the router gives up loudly
+#: instead of spinning (e.g. a message the broker keeps rejecting).
+MAX_CONSECUTIVE_ABORTS = 5
+_TOPIC_MARGIN = 64 * 1024  # headers + record overhead on top of max_message_bytes
+
+
+def ensure_topics(
+    settings: Settings, config: RouterConfig, admin: AdminClient | None = None
+) -> None:
+    """Create ``events`` (N partitions), ``dlq`` and ``control`` if absent.
+
+    Existing topics are left alone; an ``events`` topic with another partition
+    count is reported (the worker co-partitions by it), not changed.
+    """
+    admin = admin or AdminClient({"bootstrap.servers": settings.bootstrap})
+    topic_cfg = {"max.message.bytes": str(settings.max_message_bytes + _TOPIC_MARGIN)}
+    wanted = [
+        NewTopic(
+            settings.events_topic,
+            settings.events_partitions,
+            config.replication_factor,
+            config=topic_cfg,
+        ),
+        NewTopic(settings.dlq_topic, 1, config.replication_factor, config=topic_cfg),
+        NewTopic(settings.control_topic, 1, config.replication_factor),
+    ]
+    futures = admin.create_topics(wanted, request_timeout=15.0)
+    for name, fut in futures.items():
+        try:
+            fut.result(timeout=20.0)
+            log.info("created topic %s", name)
+        except KafkaException as exc:
+            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise DeliveryError(
+                    f"creating topic {name!r} on {settings.bootstrap} failed: {exc.args[0]}; "
+                    "check the broker is reachable and allows topic creation"
+                ) from exc
+    md = admin.list_topics(settings.events_topic, timeout=10.0)
+    meta = md.topics.get(settings.events_topic)
+    if (
+        meta is not None
+        and meta.error is None
+        and len(meta.partitions) != settings.events_partitions
+    ):
+        log.warning(
+            "%s has %d partitions, settings.events_partitions is %d; keeping the topic as is",
+            settings.events_topic,
+            len(meta.partitions),
+            settings.events_partitions,
+        )
+
+
+def default_decoder(settings: Settings) -> EventDecoder:
+    """The project serde; decodes both single-object and Confluent framing."""
+    from streams.serde import EventSerde
+
+    if settings.schema_registry_url:
+        return EventSerde("confluent", registry=settings.schema_registry_url)
+    return EventSerde("single-object")
+
+
+class Router:
+    """Consume-validate-forward loop with Kafka transactions (see module docstring).
+
+    Single-threaded: every method except :meth:`request_stop` must be called from
+    the thread that runs :meth:`run`.  Use as a context manager or call
+    :meth:`start` / :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        config: RouterConfig | None = None,
+        *,
+        decoder: EventDecoder | None = None,
+        extra_consumer_config: dict[str, Any] | None = None,
+        extra_producer_config: dict[str, Any] | None = None,
+    ) -> None:
+        self.settings = settings
+        self.config = config or RouterConfig()
+        self._decoder = decoder if decoder is not None else default_decoder(settings)
+        self._extra_consumer = dict(extra_consumer_config or {})
+        self._extra_producer = dict(extra_producer_config or {})
+        self._stop = threading.Event()
+        self._consumer: Consumer | None = None
+        self._producer: Producer | None = None
+        self._in_txn = False
+        self._txn_started = 0.0
+        self._txn_msgs = 0
+        self._txn_routed = 0
+        self._txn_dlq = 0
+        self._txn_announce = 0
+        self._txn_errors: list[str] = []
+        self._consecutive_aborts = 0
+        self._routed = 0
+        self._dlq = 0
+        self._announcements = 0
+        self._transactions = 0
+        self._aborts = 0
+        self._aborted_msgs = 0
+        self._rebalances = 0
+        self._assigned: set[TopicPartition] = set()
+        self._assigned_topics: set[str] = set()
+        self._pending = PendingTopics()
+        self._t0 = time.monotonic()
+        self._prefix = settings.prefix
+        self._events_topic = settings.events_topic
+        self._dlq_topic = settings.dlq_topic
+        self._control_topic = settings.control_topic
+        self._max_bytes = settings.max_message_bytes
+
+    # -- lifecycle ---------------------------------------------------------
+    def start(self) -> None:
+        """Create topics, fence any predecessor (``init_transactions``), subscribe."""
+        cfg = self.config
+        ensure_topics(self.settings, cfg)
+        group = cfg.resolved_group_id(self._prefix)
+        consumer_conf: dict[str, Any] = {
+            "bootstrap.servers": self.settings.bootstrap,
+            "group.id": group,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+            "auto.offset.reset": "earliest",
+            "partition.assignment.strategy": "cooperative-sticky",
+            "topic.metadata.refresh.interval.ms": cfg.metadata_refresh_ms,
+            "fetch.wait.max.ms": cfg.fetch_wait_max_ms,
+            "fetch.message.max.bytes": self._max_bytes + _TOPIC_MARGIN,
+        }
+        consumer_conf.update(self._extra_consumer)
+        producer_conf: dict[str, Any] = {
+            "bootstrap.servers": self.settings.bootstrap,
+            "transactional.id": cfg.resolved_transactional_id(self._prefix),
+            "transaction.timeout.ms": cfg.transaction_timeout_ms,
+            "linger.ms": 5,
+            "message.max.bytes": self._max_bytes + 2 * _TOPIC_MARGIN,
+        }
+        producer_conf.update(self._extra_producer)
+        self._producer = Producer(producer_conf)
+        try:
+            self._producer.init_transactions(30.0)
+        except KafkaException as exc:
+            raise DeliveryError(
+                f"init_transactions for transactional.id "
+                f"{producer_conf['transactional.id']!r} failed: {exc.args[0]}; the broker "
+                "must support transactions (transaction.state.log.* settings)"
+            ) from exc
+        self._consumer = Consumer(consumer_conf)
+        subscription = [self.settings.session_topic_regex, self._control_topic]
+        self._consumer.subscribe(
+            subscription,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+        log.info(
+            "router subscribed to %s (group %s, transactional.id %s)",
+            subscription,
+            group,
+            producer_conf["transactional.id"],
+        )
+
+    def request_stop(self) -> None:
+        """Ask :meth:`run` to commit what it has and return (thread/signal safe)."""
+        self._stop.set()
+
+    def close(self) -> None:
+        """Finish the open transaction, leave the group, flush the producer."""
+        if self._consumer is not None:
+            if self._in_txn:
+                self._commit()
+            self._consumer.close()  # on_revoke runs here; nothing is open any more
+            self._consumer = None
+        if self._producer is not None:
+            self._producer.flush(10.0)
+            self._producer = None
+
+    def __enter__(self) -> Router:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- main loop ---------------------------------------------------------
+    def run(
+        self,
+        *,
+        max_seconds: float | None = None,
+        until: Callable[[RouterStats], bool] | None = None,
+    ) -> RouterStats:
+        """Route until :meth:`request_stop`, ``max_seconds`` or ``until(stats)`` is true.
+
+        Returns the final stats.  The open transaction is committed before returning.
+        """
+        if self._consumer is None:
+            self.start()
+        consumer = self._consumer
+        assert consumer is not None
+        deadline = None if max_seconds is None else time.monotonic() + max_seconds
+        last_status = self.stats()
+        cfg = self.config
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            if self._in_txn:
+                wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
+            else:
+                wait = 0.1
+            room = max(1, min(1000, cfg.batch_max_messages - self._txn_msgs))
+            msgs = consumer.consume(num_messages=room, timeout=wait)
+            for msg in msgs:
+                self._handle(msg)
+            if self._in_txn and cfg.should_commit(
+                self._txn_msgs, (time.monotonic() - self._txn_started) * 1000.0
+            ):
+                self._commit()
+            if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
+                # A full metadata request makes librdkafka re-match the regex now.
+                consumer.list_topics(timeout=5.0)
+            if cfg.status_interval_s:
+                cur = self.stats()
+                if cur.at_s - last_status.at_s >= cfg.status_interval_s:
+                    log.info(format_status(last_status, cur, len(self._assigned)))
+                    last_status = cur
+            if until is not None and not self._in_txn and until(self.stats()):
+                break
+        if self._in_txn:
+            self._commit()
+        return self.stats()
+
+    def stats(self) -> RouterStats:
+        return RouterStats(
+            routed=self._routed,
+            dead_lettered=self._dlq,
+            announcements=self._announcements,
+            transactions=self._transactions,
+            aborts=self._aborts,
+            aborted_messages=self._aborted_msgs,
+            rebalances=self._rebalances,
+            at_s=time.monotonic() - self._t0,
+        )
+
+    @property
+    def assigned_topics(self) -> frozenset[str]:
+        return frozenset(self._assigned_topics)
+
+    # -- per message -------------------------------------------------------
+    def _begin(self) -> None:
+        assert self._producer is not None
+        self._producer.begin_transaction()
+        self._in_txn = True
+        self._txn_started = time.monotonic()
+        self._txn_msgs = self._txn_routed = self._txn_dlq = self._txn_announce = 0
+        self._txn_errors.clear()
+
+    def _handle(self, msg: Message) -> None:
+        err = msg.error()
+        if err is not None:
+            if err.fatal():
+                raise DeliveryError(f"consumer fatal error: {err}")
+            # Informational (e.g. a topic deleted under us); librdkafka recovers itself.
+            log.warning("consumer: %s", err)
+            return
+        if not self._in_txn:
+            self._begin()
+        self._txn_msgs += 1
+        topic = msg.topic()
+        assert topic is not None
+        if topic == self._control_topic:
+            self._handle_announcement(msg)
+            return
+        value = msg.value()
+        verdict = check_message(
+            value,
+            topic,
+            prefix=self._prefix,
+            decoder=self._decoder,
+            max_message_bytes=self._max_bytes,
+        )
+        if isinstance(verdict, Accepted):
+            self._produce(
+                self._events_topic,
+                value,
+                verdict.session_id.encode("utf-8"),
+                msg.headers(),
+                msg.timestamp()[1],
+            )
+            self._txn_routed += 1
+        else:
+            self._dead_letter(msg, verdict)
+
+    def _dead_letter(self, msg: Message, rejected: Rejected) -> None:
+        value = msg.value()
+        original_size = None
+        if value is not None and len(value) > self._max_bytes:
+            original_size = len(value)
+            value = value[:DLQ_PREVIEW_BYTES]
+        topic = msg.topic() or ""
+        headers = dlq_headers(
+            rejected, topic, msg.partition() or 0, msg.offset() or 0, original_size
+        )
+        self._produce(self._dlq_topic, value, msg.key(), headers, msg.timestamp()[1])
+        self._txn_dlq += 1
+
+    def _handle_announcement(self, msg: Message) -> None:
+        if not self.config.use_announcements:
+            return
+        try:
+            topic = parse_announcement(msg.key(), msg.value(), self._prefix)
+        except InvalidEventError as exc:
+            self._dead_letter(msg, Rejected(reason=str(exc), error_class=type(exc).__name__))
+            return
+        self._txn_announce += 1
+        if topic not in self._assigned_topics:
+            self._pending.add(topic, time.monotonic() * 1000.0)
+
+    def _produce(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Any,
+        timestamp_ms: int,
+    ) -> None:
+        producer = self._producer
+        assert producer is not None
+        kwargs: dict[str, Any] = {"on_delivery": self._on_delivery}
+        if timestamp_ms > 0:
+            kwargs["timestamp"] = timestamp_ms
+        if headers:
+            kwargs["headers"] = headers
+        while True:
+            try:
+                producer.produce(topic, value, key, **kwargs)
+                return
+            except BufferError:
+                producer.poll(0.05)  # local queue full: let deliveries drain
+
+    def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
+        if err is not None and len(self._txn_errors) < 5:
+            self._txn_errors.append(f"{msg.topic()}: {err.str()}")
+
+    # -- transactions ------------------------------------------------------
+    def _commit(self) -> None:
+        """Send consumed offsets and commit; abort + rewind on abortable errors."""
+        consumer, producer = self._consumer, self._producer
+        assert consumer is not None and producer is not None
+        try:
+            positions = [tp for tp in consumer.position(list(self._assigned)) if tp.offset >= 0]
+            if positions:
+                producer.send_offsets_to_transaction(
+                    positions, consumer.consumer_group_metadata(), 30.0
+                )
+            self._commit_retrying()
+        except KafkaException as exc:
+            kerr = exc.args[0]
+            if not kerr.txn_requires_abort():
+                raise DeliveryError(
+                    f"transaction failed fatally: {kerr}; delivery errors: "
+                    f"{self._txn_errors or 'none reported'}. Another router with the same "
+                    "transactional id (--transactional-id) may have fenced this one."
+                ) from exc
+            self._abort(str(kerr))
+            return
+        self._in_txn = False
+        self._consecutive_aborts = 0
+        self._transactions += 1
+        self._routed += self._txn_routed
+        self._dlq += self._txn_dlq
+        self._announcements += self._txn_announce
+
+    def _commit_retrying(self) -> None:
+        producer = self._producer
+        assert producer is not None
+        for attempt in range(5):
+            try:
+                producer.commit_transaction(30.0)
+                return
+            except KafkaException as exc:
+                kerr = exc.args[0]
+                if kerr.retriable() and not kerr.txn_requires_abort() and attempt < 4:
+                    log.warning("commit_transaction: %s (retrying)", kerr)
+                    continue
+                raise
+
+    def _abort(self, why: str) -> None:
+        consumer, producer = self._consumer, self._producer
+        assert consumer is not None and producer is not None
+        log.warning(
+            "aborting transaction of %d message(s): %s; delivery errors: %s",
+            self._txn_msgs,
+            why,
+            self._txn_errors or "none reported",
+        )
+        producer.abort_transaction(30.0)
+        self._in_txn = False
+        self._aborts += 1
+        self._aborted_msgs += self._txn_msgs
+        self._consecutive_aborts += 1
+        if self._consecutive_aborts >= MAX_CONSECUTIVE_ABORTS:
+            raise DeliveryError(
+                f"{self._consecutive_aborts} transactions in a row were aborted (last: {why}; "
+                f"delivery errors: {self._txn_errors or 'none reported'}); stopping rather "
+                "than retrying forever"
+            )
+        self._rewind(list(self._assigned))
+
+    def _rewind(self, partitions: list[TopicPartition]) -> None:
+        """Seek to the last committed offsets, so the aborted batch is read again."""
+        consumer = self._consumer
+        assert consumer is not None
+        if not partitions:
+            return
+        for tp in consumer.committed(partitions, timeout=30.0):
+            target = TopicPartition(
+                tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
+            )
+            consumer.seek(target)
+
+    # -- rebalance callbacks (run inside consume()) -------------------------
+    def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        self._rebalances += 1
+        for tp in partitions:
+            self._assigned.add(TopicPartition(tp.topic, tp.partition))
+            self._assigned_topics.add(tp.topic)
+        self._pending.assigned(self._assigned_topics)
+        log.debug("assigned %s", [f"{tp.topic}[{tp.partition}]" for tp in partitions])
+
+    def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Commit what we consumed while we still own the partitions (KIP-447:
+        # the group generation in consumer_group_metadata() fences late commits).
+        self._rebalances += 1
+        if self._in_txn:
+            self._commit()
+        self._forget(partitions)
+
+    def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        # Ownership is already gone: committing offsets would be fenced; abort.
+        self._rebalances += 1
+        self._forget(partitions)
+        if self._in_txn:
+            self._abort("partitions lost (session timeout or fenced generation)")
+
+    def _forget(self, partitions: list[TopicPartition]) -> None:
+        for tp in partitions:
+            self._assigned.discard(TopicPartition(tp.topic, tp.partition))
+        self._assigned_topics = {tp.topic for tp in self._assigned}
+
+
+__all__ = [
+    "DLQ_PREVIEW_BYTES",
+    "MAX_CONSECUTIVE_ABORTS",
+    "Router",
+    "default_decoder",
+    "ensure_topics",
+]

@@ -1,0 +1,45 @@
+"""Router counters and the one-line status the router logs periodically.
+
+:class:`RouterStats` is a frozen snapshot; the router keeps its own mutable
+counters and hands out snapshots, so a reader never sees a half-updated value.
+Time is passed in by the caller (monotonic seconds).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class RouterStats:
+    """Totals since the router started.  Invariant: every field only grows.
+
+    ``routed`` and ``dead_lettered`` count messages inside *committed*
+    transactions only; ``aborted_messages`` counts those rolled back (they are
+    consumed again, so they may be routed later).
+    """
+
+    routed: int = 0
+    dead_lettered: int = 0
+    announcements: int = 0
+    transactions: int = 0
+    aborts: int = 0
+    aborted_messages: int = 0
+    rebalances: int = 0
+    at_s: float = 0.0
+
+
+def format_status(prev: RouterStats, cur: RouterStats, assigned_partitions: int) -> str:
+    """``router: routed 1200 (+240.0/s) dlq 3 (+0.0/s) ...`` — one line, grep-friendly."""
+    dt = cur.at_s - prev.at_s
+    rate = (lambda a, b: (b - a) / dt) if dt > 0 else (lambda a, b: 0.0)
+    return (
+        f"router: routed {cur.routed} (+{rate(prev.routed, cur.routed):.1f}/s) "
+        f"dlq {cur.dead_lettered} (+{rate(prev.dead_lettered, cur.dead_lettered):.1f}/s) "
+        f"txns {cur.transactions} aborts {cur.aborts} "
+        f"announcements {cur.announcements} rebalances {cur.rebalances} "
+        f"partitions {assigned_partitions}"
+    )
+
+
+__all__ = ["RouterStats", "format_status"]

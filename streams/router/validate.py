@@ -1,0 +1,196 @@
+"""What the router decides about one message: forward it, or dead-letter it and why.
+
+Pure code (no Kafka client imports) so every rule is unit-testable.  The router
+forwards the *original bytes* of an accepted message, so this module never
+re-encodes anything: it only decodes to check.
+
+Invariants:
+
+* :func:`check_message` never raises for bad *input*: every way a message can be
+  wrong (oversized, undecodable, unknown schema, wrong session, bad ``seq`` or
+  ``type``) becomes a :class:`Rejected` with a human reason naming the field.
+  Errors that are not about the input (a bug in a decoder, ``MemoryError``)
+  propagate: the router stops loudly instead of dead-lettering good data.
+* An :class:`Accepted` event's ``session_id`` equals the session id encoded in
+  the topic it was published on; that is what makes re-keying by session safe.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from streams.core.errors import (
+    InvalidEventError,
+    MalformedMessageError,
+    OversizedMessageError,
+    SerdeError,
+)
+from streams.core.events import EVENT_TYPES, TraceEvent
+
+#: Header names the router puts on every dead-lettered message.
+DLQ_REASON = "dlq.reason"
+DLQ_ERROR_CLASS = "dlq.error_class"
+DLQ_SOURCE_TOPIC = "dlq.source.topic"
+DLQ_SOURCE_PARTITION = "dlq.source.partition"
+DLQ_SOURCE_OFFSET = "dlq.source.offset"
+#: Present only when the DLQ copy had to be cut short (value: original size in bytes).
+DLQ_ORIGINAL_SIZE = "dlq.original_size"
+
+
+class EventDecoder(Protocol):
+    """The one thing the router needs from the serde (``EventSerde`` satisfies it)."""
+
+    def decode(self, data: bytes) -> TraceEvent: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """Forward the original bytes to ``<prefix>.events`` keyed by ``session_id``."""
+
+    session_id: str
+    seq: int
+    type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """Dead-letter the message; ``reason`` is for humans, ``error_class`` for tools."""
+
+    reason: str
+    error_class: str
+
+
+Verdict = Accepted | Rejected
+
+
+def session_prefix(prefix: str) -> str:
+    """The literal start of every per-session topic name of a deployment."""
+    return f"{prefix}.session."
+
+
+_SESSION_TAIL = re.compile(r"[A-Za-z0-9._-]{1,200}")
+
+
+def session_id_of_topic(prefix: str, topic: str) -> str | None:
+    """The session id a per-session topic belongs to, or None if it is not one."""
+    head = session_prefix(prefix)
+    if not topic.startswith(head):
+        return None
+    tail = topic[len(head) :]
+    return tail if _SESSION_TAIL.fullmatch(tail) else None
+
+
+def _reject(exc: Exception) -> Rejected:
+    return Rejected(reason=str(exc), error_class=type(exc).__name__)
+
+
+def check_event(ev: TraceEvent, topic_session: str, topic: str) -> Verdict:
+    """Semantic checks on a decoded event (the schema cannot express these)."""
+    if not isinstance(ev.session_id, str) or ev.session_id != topic_session:
+        return _reject(
+            InvalidEventError(
+                "session_id",
+                f"event says {ev.session_id!r} but was published on {topic!r} "
+                f"(session {topic_session!r}); publish each session's events on its own "
+                "topic (Settings.session_topic)",
+            )
+        )
+    if isinstance(ev.seq, bool) or not isinstance(ev.seq, int) or ev.seq < 0:
+        return _reject(
+            InvalidEventError("seq", f"{ev.seq!r}: must be an int >= 0 (0-based, per session)")
+        )
+    if ev.type not in EVENT_TYPES:
+        return _reject(
+            InvalidEventError("type", f"{ev.type!r} is not one of {', '.join(EVENT_TYPES)}")
+        )
+    if (
+        isinstance(ev.timestamp_ms, bool)
+        or not isinstance(ev.timestamp_ms, int)
+        or ev.timestamp_ms < 0
+    ):
+        return _reject(
+            InvalidEventError(
+                "timestamp_ms", f"{ev.timestamp_ms!r}: must be epoch milliseconds (int >= 0)"
+            )
+        )
+    return Accepted(session_id=ev.session_id, seq=ev.seq, type=ev.type)
+
+
+def check_message(
+    value: bytes | None,
+    topic: str,
+    *,
+    prefix: str,
+    decoder: EventDecoder,
+    max_message_bytes: int,
+) -> Verdict:
+    """Decide about one consumed message (see the module docstring for the rules)."""
+    topic_session = session_id_of_topic(prefix, topic)
+    if topic_session is None:
+        return _reject(
+            InvalidEventError(
+                "topic",
+                f"{topic!r} is not a per-session topic of prefix {prefix!r} "
+                f"(expected {session_prefix(prefix)}<session_id>)",
+            )
+        )
+    if value is None or len(value) == 0:
+        return _reject(
+            MalformedMessageError(
+                "message has no value (tombstone or empty); publish Avro-encoded TraceEvents"
+            )
+        )
+    if len(value) > max_message_bytes:
+        return _reject(
+            OversizedMessageError(
+                f"message is {len(value)} bytes, over the {max_message_bytes}-byte cap "
+                "(max_message_bytes / TRAJECTORY_MAX_MESSAGE_BYTES); shrink input/output "
+                "(max_payload_bytes) or raise the cap"
+            )
+        )
+    try:
+        ev = decoder.decode(value)
+    except (SerdeError, InvalidEventError) as exc:
+        return _reject(exc)
+    return check_event(ev, topic_session, topic)
+
+
+def dlq_headers(
+    rejected: Rejected,
+    topic: str,
+    partition: int,
+    offset: int,
+    original_size: int | None = None,
+) -> list[tuple[str, bytes]]:
+    """Headers that let an operator find, understand and replay a dead letter."""
+    headers = [
+        (DLQ_REASON, rejected.reason.encode("utf-8", "replace")),
+        (DLQ_ERROR_CLASS, rejected.error_class.encode("utf-8")),
+        (DLQ_SOURCE_TOPIC, topic.encode("utf-8")),
+        (DLQ_SOURCE_PARTITION, str(partition).encode("ascii")),
+        (DLQ_SOURCE_OFFSET, str(offset).encode("ascii")),
+    ]
+    if original_size is not None:
+        headers.append((DLQ_ORIGINAL_SIZE, str(original_size).encode("ascii")))
+    return headers
+
+
+__all__ = [
+    "DLQ_ERROR_CLASS",
+    "DLQ_ORIGINAL_SIZE",
+    "DLQ_REASON",
+    "DLQ_SOURCE_OFFSET",
+    "DLQ_SOURCE_PARTITION",
+    "DLQ_SOURCE_TOPIC",
+    "Accepted",
+    "EventDecoder",
+    "Rejected",
+    "Verdict",
+    "check_event",
+    "check_message",
+    "dlq_headers",
+    "session_id_of_topic",
+    "session_prefix",
+]

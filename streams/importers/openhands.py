@@ -57,6 +57,8 @@ def sniff_run(obj: object) -> bool:
 
 def _ts(entry: Mapping[str, Any], where: str, path: Path) -> int:
     raw = entry.get("timestamp")
+    if not isinstance(raw, str):
+        raise ImportFormatError(str(path), f"{where}.timestamp: expected an ISO-8601 string")
     try:
         return iso_to_ms(raw, field=f"{where}.timestamp")
     except InvalidEventError as exc:

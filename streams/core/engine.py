@@ -1,0 +1,522 @@
+"""SessionEngine: one session's analysis, observers and assessments, as pure code.
+
+The Faust worker, the CLI and offline replay all run this same engine, so the
+same events always give byte-identical outputs (no wall clock, no randomness,
+no hash-order dependence).
+
+Per applied event, in order:
+
+1. **dedupe** — ``seq <= last applied seq`` returns ``applied=False`` and changes
+   nothing (at-least-once delivery becomes exactly-once effect);
+2. **control** — ``budget`` replaces the limits (and the token count, when it
+   carries ``tokens_used``); ``session_start`` may pick an observer profile
+   (``metadata["observer_profile"]``); ``snapshot`` stores a restore point under
+   ``metadata["snapshot_id"]`` and ``restore`` goes back to one.  At most
+   ``EngineConfig.max_snapshots`` restore points are kept (the oldest is
+   evicted; re-using an id replaces it and makes it the newest);
+3. **tokens** — ``model_step`` input+output tokens are added to ``tokens_used``;
+4. **analysis** — the event goes to the ``TrajectoryBuilder``; the patterns that
+   fired become :class:`PatternDetection` values;
+5. **observers** — each observer's own trigger is checked against its own
+   :class:`~streams.core.observers.ObserverState`; the assessments produced
+   become the session's :class:`~streams.core.assessment.CurrentAssessment`
+   (``call_index`` = tool calls so far), tools they suggest are reported back
+   to the builder (``note_suggestion``).
+
+Bad events raise :class:`~streams.core.errors.InvalidEventError` naming the
+field (another session's id, a ``budget`` event without a budget, a
+``snapshot``/``restore`` without a known ``snapshot_id``, an unknown profile)
+*before* anything is changed: a rejected event leaves the engine exactly as it
+was, so the caller can dead-letter it and carry on.
+
+:meth:`SessionEngine.on_timer` lets a quiet session still get time-triggered
+and deadline assessments; those are marked ``trigger="timer"`` because they
+depend on when the timer ran and are not reproduced by a replay of events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Protocol
+
+from streams.core.assessment import (
+    Assessment,
+    AssessmentHistory,
+    CurrentAssessment,
+    TriggerKind,
+    severity_trend,
+)
+from streams.core.errors import ConfigError, InvalidEventError
+from streams.core.events import META_OBSERVER_PROFILE, META_SNAPSHOT_ID, Budget, TraceEvent
+from streams.core.observers import (
+    AnalysisView,
+    DeadlineAware,
+    ObserverConfig,
+    ObserverContext,
+    ObserverState,
+    PatternView,
+    should_trigger,
+    time_trigger_due,
+)
+
+if TYPE_CHECKING:
+    from streams.core.config import EngineConfig
+
+
+class AnalysisBuilder(AnalysisView, Protocol):
+    """The seam to ``streams.core.analysis.TrajectoryBuilder`` (see the architecture).
+
+    The builder is itself a live analysis view; observers read it directly
+    (no per-event copy via ``build()``).
+    """
+
+    def on_event(self, event: TraceEvent) -> Sequence[Any]: ...
+    def build(self) -> AnalysisView: ...
+    def snapshot(self) -> Any: ...
+    def note_suggestion(self, tool_name: str) -> None: ...
+
+
+class BuilderFactory(Protocol):
+    """How the engine makes builders: the ``TrajectoryBuilder`` class satisfies it."""
+
+    def from_config(self, cfg: Any) -> AnalysisBuilder: ...
+    def build_from(self, cfg: Any, state: Any) -> AnalysisBuilder: ...
+
+
+def _default_factory() -> BuilderFactory:
+    from streams.core.analysis import TrajectoryBuilder
+
+    factory: BuilderFactory = TrajectoryBuilder
+    return factory
+
+
+@dataclass(frozen=True, slots=True)
+class PatternDetection:
+    """A pattern that fired on one event of one session (``<prefix>.patterns``)."""
+
+    session_id: str
+    seq: int
+    call_index: int
+    timestamp_ms: int
+    pattern: Any
+
+
+@dataclass(frozen=True, slots=True)
+class EngineOutput:
+    """What one event produced; ``applied`` is False for duplicates."""
+
+    applied: bool
+    patterns: tuple[PatternDetection, ...] = ()
+    assessment: CurrentAssessment | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class SessionState:
+    """Everything needed to resume a session's engine: plain frozen values only.
+
+    ``analysis`` is the builder's own ``snapshot()`` value.  ``observer_states``
+    pairs each active observer's name with its counters, in configuration
+    order.  ``snapshots`` holds restore points (their own ``snapshots`` is
+    always empty), oldest first.  ``deadline_reported_ms`` is the deadline
+    whose crossing was already reported, so it is reported once.
+    """
+
+    session_id: str
+    last_seq: int = -1
+    profile: str = "default"
+    session_start_ms: int | None = None
+    last_event_ms: int | None = None
+    budget: Budget = field(default_factory=Budget)
+    tokens_used: int = 0
+    analysis: Any = None
+    observer_states: tuple[tuple[str, ObserverState], ...] = ()
+    current: CurrentAssessment | None = None
+    history: AssessmentHistory = field(default_factory=AssessmentHistory)
+    deadline_reported_ms: int | None = None
+    snapshots: tuple[tuple[str, SessionState], ...] = ()
+
+
+class SessionEngine:
+    """Runs one session (see the module docstring). Not thread-safe; one per session."""
+
+    __slots__ = (
+        "_budget",
+        "_builder",
+        "_call_count",
+        "_cfg",
+        "_current",
+        "_deadline_reported_ms",
+        "_factory",
+        "_history",
+        "_last_event_ms",
+        "_last_seq",
+        "_observer_states",
+        "_observers",
+        "_profile",
+        "_session_id",
+        "_session_start_ms",
+        "_snapshots",
+        "_tokens_used",
+    )
+
+    def __init__(self, cfg: EngineConfig, state: SessionState, factory: BuilderFactory) -> None:
+        self._cfg = cfg
+        self._factory = factory
+        self._snapshots: tuple[tuple[str, SessionState], ...] = state.snapshots
+        self._load(state)
+
+    # ----------------------------------------------------------------- creation
+
+    @classmethod
+    def create(
+        cls,
+        session_id: str,
+        cfg: EngineConfig | None = None,
+        *,
+        factory: BuilderFactory | None = None,
+    ) -> SessionEngine:
+        """A fresh engine for ``session_id`` (``cfg`` defaults to ``EngineConfig()``)."""
+        if cfg is None:
+            from streams.core.config import EngineConfig
+
+            cfg = EngineConfig()
+        history = AssessmentHistory(max_entries=cfg.history_size)
+        return cls(
+            cfg, SessionState(session_id=session_id, history=history), factory or _default_factory()
+        )
+
+    @classmethod
+    def build(
+        cls, cfg: EngineConfig, state: SessionState, *, factory: BuilderFactory | None = None
+    ) -> SessionEngine:
+        """Resume from ``state`` (as returned by :meth:`snapshot`, possibly via the codec)."""
+        if not isinstance(state, SessionState):
+            raise TypeError(f"expected SessionState, got {type(state).__name__}")
+        return cls(cfg, state, factory or _default_factory())
+
+    def _load(self, state: SessionState) -> None:
+        """Install ``state`` (all but the snapshot store) into this engine."""
+        self._session_id = state.session_id
+        self._last_seq = state.last_seq
+        self._session_start_ms = state.session_start_ms
+        self._last_event_ms = state.last_event_ms
+        self._budget = state.budget
+        self._tokens_used = state.tokens_used
+        self._current = state.current
+        history = state.history
+        if history.max_entries != self._cfg.history_size:
+            history = AssessmentHistory(
+                entries=history.entries[-self._cfg.history_size :],
+                max_entries=self._cfg.history_size,
+            )
+        self._history = history
+        self._deadline_reported_ms = state.deadline_reported_ms
+        if state.analysis is None:
+            self._builder = self._factory.from_config(self._cfg.analysis)
+        else:
+            self._builder = self._factory.build_from(self._cfg.analysis, state.analysis)
+        self._call_count = self._builder.tool_call_count
+        self._set_profile(state.profile, dict(state.observer_states))
+
+    def _set_profile(self, profile: str, states: dict[str, ObserverState]) -> None:
+        specs = self._cfg.observers_for(profile)
+        self._profile = profile
+        self._observers: tuple[tuple[str, ObserverConfig], ...] = tuple(
+            (s.name, s.build()) for s in specs
+        )
+        self._observer_states: dict[str, ObserverState] = {
+            s.name: states.get(s.name, ObserverState()) for s in specs
+        }
+
+    # -------------------------------------------------------------- accessors
+
+    @property
+    def session_id(self) -> str:
+        return self._session_id
+
+    @property
+    def last_seq(self) -> int:
+        return self._last_seq
+
+    @property
+    def profile(self) -> str:
+        return self._profile
+
+    @property
+    def current(self) -> CurrentAssessment | None:
+        """The latest assessment (for prompt injection)."""
+        return self._current
+
+    @property
+    def history(self) -> AssessmentHistory:
+        return self._history
+
+    @property
+    def budget(self) -> Budget:
+        """The effective budget: the last limits plus the tokens counted so far."""
+        return replace(self._budget, tokens_used=self._tokens_used)
+
+    def analysis(self) -> AnalysisView:
+        return self._builder.build()
+
+    # ------------------------------------------------------------------- state
+
+    def _state(self, *, with_snapshots: bool) -> SessionState:
+        return SessionState(
+            session_id=self._session_id,
+            last_seq=self._last_seq,
+            profile=self._profile,
+            session_start_ms=self._session_start_ms,
+            last_event_ms=self._last_event_ms,
+            budget=self._budget,
+            tokens_used=self._tokens_used,
+            analysis=self._builder.snapshot(),
+            observer_states=tuple(self._observer_states.items()),
+            current=self._current,
+            history=self._history,
+            deadline_reported_ms=self._deadline_reported_ms,
+            snapshots=self._snapshots if with_snapshots else (),
+        )
+
+    def snapshot(self) -> SessionState:
+        """The whole engine state as a plain frozen value (encode with the codec)."""
+        return self._state(with_snapshots=True)
+
+    # ------------------------------------------------------------------ events
+
+    def _validate(self, ev: TraceEvent) -> None:
+        """Every check that can reject ``ev``, before anything is changed."""
+        if ev.session_id != self._session_id:
+            raise InvalidEventError(
+                "session_id",
+                f"event of session {ev.session_id!r} sent to the engine of {self._session_id!r}",
+            )
+        if ev.type == "budget" and ev.budget is None:
+            raise InvalidEventError(
+                "budget", "a budget event must carry a budget (limits may be null)"
+            )
+        if ev.type in ("snapshot", "restore"):
+            sid = ev.metadata.get(META_SNAPSHOT_ID)
+            if not sid:
+                raise InvalidEventError(
+                    f"metadata.{META_SNAPSHOT_ID}", f"a {ev.type} event needs a snapshot id"
+                )
+            if ev.type == "restore" and sid not in dict(self._snapshots):
+                known = ", ".join(k for k, _ in self._snapshots) or "none"
+                raise InvalidEventError(
+                    f"metadata.{META_SNAPSHOT_ID}",
+                    f"no snapshot {sid!r} in this session (known: {known})",
+                )
+        if ev.type == "session_start":
+            profile = ev.metadata.get(META_OBSERVER_PROFILE)
+            if profile is not None:
+                try:
+                    self._cfg.observers_for(profile)
+                except ConfigError as exc:
+                    raise InvalidEventError(f"metadata.{META_OBSERVER_PROFILE}", str(exc)) from exc
+
+    def on_event(self, ev: TraceEvent) -> EngineOutput:
+        """Apply one event (see the module docstring for the steps)."""
+        if ev.session_id == self._session_id and ev.seq <= self._last_seq:
+            return EngineOutput(applied=False)
+        self._validate(ev)
+
+        if ev.type == "restore":
+            self._restore(ev)
+            return EngineOutput(applied=True)
+
+        if self._session_start_ms is None:
+            self._session_start_ms = ev.timestamp_ms
+        now = (
+            ev.timestamp_ms
+            if self._last_event_ms is None
+            else max(self._last_event_ms, ev.timestamp_ms)
+        )
+        self._last_event_ms = now
+
+        if ev.type == "snapshot":
+            self._take_snapshot(ev)
+            self._last_seq = ev.seq
+            return EngineOutput(applied=True)
+        if ev.type == "budget":
+            assert ev.budget is not None
+            b = ev.budget
+            self._budget = Budget(
+                deadline_ms=b.deadline_ms, max_tokens=b.max_tokens, max_tool_calls=b.max_tool_calls
+            )
+            if b.tokens_used is not None:
+                self._tokens_used = b.tokens_used
+        elif ev.type == "session_start":
+            profile = ev.metadata.get(META_OBSERVER_PROFILE)
+            if profile is not None and profile != self._profile:
+                self._set_profile(profile, self._observer_states)
+        elif ev.type == "model_step":
+            self._tokens_used += ev.total_tokens
+
+        before = self._call_count
+        fired = tuple(self._builder.on_event(ev))
+        analysis: AnalysisView = self._builder
+        count = analysis.tool_call_count
+        self._call_count = count
+        delta = max(0, count - before)
+        is_result = ev.type == "tool_result" or (ev.type == "error" and ev.call_id is not None)
+        call_step = delta > 0 or is_result
+        failure = is_result and (ev.type == "error" or ev.is_error)
+
+        for name, st in self._observer_states.items():
+            if delta:
+                self._observer_states[name] = replace(
+                    st, tool_calls_since_assessment=st.tool_calls_since_assessment + delta
+                )
+
+        deadline_due = self._deadline_due(now)
+        produced: list[tuple[str, Assessment]] = []
+        for name, oc in self._observers:
+            st = self._observer_states[name]
+            due = should_trigger(
+                oc.trigger,
+                st,
+                analysis,
+                now_ms=now,
+                session_start_ms=self._session_start_ms,
+                call_step=call_step,
+                failure_completed=failure,
+            ) or (deadline_due and _watches_deadline(oc))
+            if due:
+                a = self._run(oc, st, analysis, now, fired)
+                if a is not None:
+                    produced.append((name, a))
+
+        assessment = self._commit(produced, analysis, now, ev.seq, "event", deadline_due)
+        self._last_seq = ev.seq
+        patterns = tuple(
+            PatternDetection(
+                session_id=self._session_id,
+                seq=ev.seq,
+                call_index=count,
+                timestamp_ms=ev.timestamp_ms,
+                pattern=p,
+            )
+            for p in fired
+        )
+        return EngineOutput(applied=True, patterns=patterns, assessment=assessment)
+
+    def on_timer(self, now_ms: int) -> CurrentAssessment | None:
+        """Time-triggered and deadline assessments for a quiet session, or None.
+
+        ``now_ms`` earlier than the last event time is treated as that time
+        (event time never goes backwards here).
+        """
+        if self._session_start_ms is None:
+            return None
+        now = now_ms if self._last_event_ms is None else max(self._last_event_ms, now_ms)
+        analysis: AnalysisView = self._builder
+        deadline_due = self._deadline_due(now)
+        produced: list[tuple[str, Assessment]] = []
+        for name, oc in self._observers:
+            st = self._observer_states[name]
+            due = time_trigger_due(oc.trigger, st, now, self._session_start_ms) or (
+                deadline_due and _watches_deadline(oc)
+            )
+            if due:
+                a = self._run(oc, st, analysis, now, ())
+                if a is not None:
+                    produced.append((name, a))
+        return self._commit(produced, analysis, now, self._last_seq, "timer", deadline_due)
+
+    # ---------------------------------------------------------------- helpers
+
+    def _deadline_due(self, now: int) -> bool:
+        deadline = self._budget.deadline_ms
+        return deadline is not None and now >= deadline and self._deadline_reported_ms != deadline
+
+    def _run(
+        self,
+        oc: ObserverConfig,
+        st: ObserverState,
+        analysis: AnalysisView,
+        now: int,
+        fired: tuple[PatternView, ...],
+    ) -> Assessment | None:
+        assert self._session_start_ms is not None
+        ctx = ObserverContext(
+            session_id=self._session_id,
+            analysis=analysis,
+            observer_state=st,
+            budget=self.budget,
+            now_ms=now,
+            session_start_ms=self._session_start_ms,
+            new_patterns=fired,
+            history=self._history,
+        )
+        if not oc.observer.should_run(ctx):
+            return None
+        return oc.observer.observe(ctx)
+
+    def _commit(
+        self,
+        produced: list[tuple[str, Assessment]],
+        analysis: AnalysisView,
+        now: int,
+        seq: int,
+        trigger: TriggerKind,
+        deadline_due: bool,
+    ) -> CurrentAssessment | None:
+        if not produced:
+            return None
+        count = analysis.tool_call_count
+        for name, _ in produced:
+            st = self._observer_states[name]
+            self._observer_states[name] = ObserverState(
+                tool_calls_since_assessment=0,
+                last_assessment_ms=now,
+                last_assessment_call_index=count,
+                total_assessments=st.total_assessments + 1,
+            )
+        if deadline_due and any(_watches_deadline(oc) for _, oc in self._observers):
+            self._deadline_reported_ms = self._budget.deadline_ms
+        previous = self._history.latest
+        current = CurrentAssessment(
+            assessments=tuple(a for _, a in produced),
+            generated_at_ms=now,
+            call_index=count,
+            session_id=self._session_id,
+            seq=seq,
+            trigger=trigger,
+        )
+        current = replace(
+            current, trend=severity_trend(previous.severity if previous else None, current.severity)
+        )
+        self._current = current
+        self._history = self._history.add(current)
+        for _, a in produced:
+            for tool in a.suggested_tools:
+                self._builder.note_suggestion(tool)
+        return current
+
+    def _take_snapshot(self, ev: TraceEvent) -> None:
+        sid = ev.metadata[META_SNAPSHOT_ID]
+        point = replace(self._state(with_snapshots=False), last_seq=ev.seq)
+        kept = tuple((k, s) for k, s in self._snapshots if k != sid)
+        self._snapshots = (*kept, (sid, point))[-self._cfg.max_snapshots :]
+
+    def _restore(self, ev: TraceEvent) -> None:
+        """Go back to a restore point; ``last_seq`` moves forward (dedupe stays monotonic)."""
+        point = dict(self._snapshots)[ev.metadata[META_SNAPSHOT_ID]]
+        self._load(replace(point, last_seq=ev.seq))
+
+
+def _watches_deadline(oc: ObserverConfig) -> bool:
+    obs = oc.observer
+    return isinstance(obs, DeadlineAware) and bool(obs.reports_deadline)
+
+
+__all__ = [
+    "AnalysisBuilder",
+    "BuilderFactory",
+    "EngineOutput",
+    "PatternDetection",
+    "SessionEngine",
+    "SessionState",
+]

@@ -1,0 +1,133 @@
+"""Kafka for integration tests: a real broker, never a mock.
+
+``kafka_bootstrap`` (session) is, in order of preference:
+
+1. under ``pytest --docker``: the ``kafka`` service of ``deploy/docker-compose.yml``
+   (pytest-docker brings it up and tears it down);
+2. ``$KAFKA_BOOTSTRAP`` if set (it must answer, else the tests fail: a set but dead
+   address is a broken environment, not a reason to skip);
+3. otherwise a :class:`~streams.broker.LocalBroker` started for this session on
+   free ports in a temporary directory, stopped when the session ends.
+
+Isolation between tests (and between engineers sharing one broker) comes from
+``topic_prefix``: unique per test, so no test ever sees another's topics.
+
+The session broker does not auto-create topics (code under test must create what
+it uses); set ``TRAJECTORY_TEST_BROKER_AUTO_CREATE=1`` to turn that on.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.broker import LocalBroker, ensure_jars, free_port, kafka_ready, parse_bootstrap
+from streams.core.errors import BrokerError
+from streams.settings import Settings
+
+DOCKER_BOOTSTRAP = "127.0.0.1:9092"
+START_ATTEMPTS = 3
+
+
+def _session_broker(base: Path) -> LocalBroker:
+    """Start a broker on fresh free ports; retry if another process grabbed a port."""
+    ensure_jars()  # outside the retry loop: a missing mvn must fail once, clearly
+    auto_create = os.environ.get("TRAJECTORY_TEST_BROKER_AUTO_CREATE", "") in ("1", "true")
+    errors: list[str] = []
+    for attempt in range(1, START_ATTEMPTS + 1):
+        broker = LocalBroker(
+            base / f"broker-{attempt}",
+            port=free_port(),
+            controller_port=free_port(),
+            auto_create_topics=auto_create,
+        )
+        try:
+            broker.start()
+        except BrokerError as exc:
+            errors.append(f"attempt {attempt}: {exc}")
+            continue
+        return broker
+    raise BrokerError("could not start the session's Kafka broker:\n" + "\n".join(errors))
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    """``host:port`` of a Kafka 3.9 broker that answers (see the module docstring)."""
+    if request.config.getoption("--docker"):
+        services = request.getfixturevalue("docker_services")
+        host, port = parse_bootstrap(DOCKER_BOOTSTRAP)
+        services.wait_until_responsive(
+            timeout=180.0, pause=1.0, check=lambda: kafka_ready(host, port)
+        )
+        yield DOCKER_BOOTSTRAP
+        return
+    env = os.environ.get("KAFKA_BOOTSTRAP")
+    if env:
+        host, port = parse_bootstrap(env)
+        if not kafka_ready(host, port, timeout_s=5.0):
+            pytest.fail(
+                f"KAFKA_BOOTSTRAP={env} is set but no Kafka broker answers there: start one "
+                "(`trajectory broker start`) or unset it to let the suite start its own",
+                pytrace=False,
+            )
+        yield env
+        return
+    broker = _session_broker(tmp_path_factory.mktemp("kafka"))
+    try:
+        yield broker.bootstrap
+    finally:
+        broker.stop()
+
+
+@pytest.fixture
+def topic_prefix() -> str:
+    """Unique per test; valid as ``Settings.prefix`` and as a topic name part."""
+    return "t" + uuid.uuid4().hex[:16]
+
+
+@pytest.fixture
+def settings(kafka_bootstrap: str, topic_prefix: str) -> Settings:
+    """Settings pointing at the test broker with this test's own prefix."""
+    return Settings(bootstrap=kafka_bootstrap, prefix=topic_prefix, events_partitions=3)
+
+
+@pytest.fixture(scope="session")
+def admin(kafka_bootstrap: str) -> Any:
+    """A confluent-kafka ``AdminClient`` for the test broker."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": kafka_bootstrap})
+
+
+CreateTopics = Callable[..., list[str]]
+
+
+@pytest.fixture
+def create_topics(admin: Any) -> CreateTopics:
+    """``create_topics(name, ..., partitions=1, config=None)``: create and wait.
+
+    Raises if the broker refuses (an existing topic is an error too: prefixes are
+    unique, so a clash means a test bug).
+    """
+    from confluent_kafka.admin import NewTopic
+
+    def create(
+        *names: str, partitions: int = 1, config: Mapping[str, str] | None = None
+    ) -> list[str]:
+        topics = [
+            NewTopic(n, num_partitions=partitions, replication_factor=1, config=dict(config or {}))
+            for n in names
+        ]
+        futures = admin.create_topics(topics, operation_timeout=30, request_timeout=30)
+        for future in futures.values():
+            future.result(timeout=60)
+        return list(names)
+
+    return create

@@ -1,0 +1,57 @@
+"""Built-in pattern detectors (bytewax shape: frozen config → logic → snapshot).
+
+``DEFAULT_DETECTORS`` holds every built-in detector's default config;
+``FileChurnDetector`` is the plugin example and is not a default.
+``BUILTIN_DETECTORS`` maps names to config classes for
+:func:`streams.core.analysis.load_detector`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from streams.core.detectors.context_degradation import ContextDegradationDetector
+from streams.core.detectors.doom_loop import DoomLoopDetector
+from streams.core.detectors.drift import DriftDetector
+from streams.core.detectors.error_cascade import ErrorCascadeDetector
+from streams.core.detectors.file_churn import FileChurnDetector
+from streams.core.detectors.progress_stall import ProgressStallDetector
+from streams.core.detectors.repeated_error import RepeatedErrorDetector
+from streams.core.detectors.thrashing import ThrashingDetector
+from streams.core.detectors.tool_avoidance import ToolAvoidanceDetector
+
+DEFAULT_DETECTORS: Final[tuple[Any, ...]] = (
+    DoomLoopDetector(),
+    RepeatedErrorDetector(),
+    ProgressStallDetector(),
+    ToolAvoidanceDetector(),
+    ContextDegradationDetector(),
+    ErrorCascadeDetector(),
+    ThrashingDetector(),
+    DriftDetector(),
+)
+
+BUILTIN_DETECTORS: Final[dict[str, type[Any]]] = {
+    "doom_loop": DoomLoopDetector,
+    "repeated_error": RepeatedErrorDetector,
+    "progress_stall": ProgressStallDetector,
+    "tool_avoidance": ToolAvoidanceDetector,
+    "context_degradation": ContextDegradationDetector,
+    "error_cascade": ErrorCascadeDetector,
+    "thrashing": ThrashingDetector,
+    "drift": DriftDetector,
+}
+
+__all__ = [
+    "BUILTIN_DETECTORS",
+    "DEFAULT_DETECTORS",
+    "ContextDegradationDetector",
+    "DoomLoopDetector",
+    "DriftDetector",
+    "ErrorCascadeDetector",
+    "FileChurnDetector",
+    "ProgressStallDetector",
+    "RepeatedErrorDetector",
+    "ThrashingDetector",
+    "ToolAvoidanceDetector",
+]

@@ -1,0 +1,128 @@
+"""RepeatedError: the same normalized error keeps coming back.
+
+Keeps a ring of the signatures of the last ``error_window`` calls (``None`` for
+successes) and a counter over it, so each call is O(1).  Signatures come from
+:func:`streams.core.similarity.normalize_error` (computed once per record).
+The pattern stays active while its signature still has ``min_count`` failures
+in the window; the most recent qualifying signature wins.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from streams.core.errors import ConfigError
+from streams.core.patterns import AnalysisView, RepeatedError, ToolCallRecord
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatedErrorSnapshot:
+    ring: tuple[tuple[str | None, str, str], ...]
+    current: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class RepeatedErrorDetector:
+    """Config: ``min_count`` failures with one signature within ``window`` calls
+    (``window`` None → the analysis ``error_window``)."""
+
+    min_count: int = 3
+    window: int | None = None
+
+    @property
+    def name(self) -> str:
+        return "repeated_error"
+
+    def build(self, analysis_config: Any, snapshot: Any = None) -> RepeatedErrorLogic:
+        window = self.window if self.window is not None else analysis_config.error_window
+        if self.min_count < 2:
+            raise ConfigError("repeated_error.min_count", f"must be >= 2, got {self.min_count}")
+        if window < self.min_count:
+            raise ConfigError(
+                "repeated_error.window", f"must be >= min_count ({self.min_count}), got {window}"
+            )
+        logic = RepeatedErrorLogic(self.min_count, window)
+        if snapshot is not None:
+            logic.restore(snapshot)
+        return logic
+
+
+class RepeatedErrorLogic:
+    __slots__ = ("_counts", "_current", "_min", "_ring", "_window")
+
+    def __init__(self, min_count: int, window: int) -> None:
+        self._min = min_count
+        self._window = window
+        self.reset()
+
+    @property
+    def name(self) -> str:
+        return "repeated_error"
+
+    def reset(self) -> None:
+        # (signature or None, tool name, citation)
+        self._ring: deque[tuple[str | None, str, str]] = deque()
+        self._counts: dict[str, int] = {}
+        self._current: str | None = None
+
+    def snapshot(self) -> RepeatedErrorSnapshot:
+        return RepeatedErrorSnapshot(tuple(self._ring), self._current)
+
+    def restore(self, snap: RepeatedErrorSnapshot) -> None:
+        self.reset()
+        for item in snap.ring:
+            self._push(item)
+        self._current = snap.current
+
+    def _push(self, item: tuple[str | None, str, str]) -> None:
+        ring = self._ring
+        if len(ring) >= self._window:
+            old = ring.popleft()[0]
+            if old is not None:
+                left = self._counts[old] - 1
+                if left:
+                    self._counts[old] = left
+                else:
+                    del self._counts[old]
+        ring.append(item)
+        sig = item[0]
+        if sig is not None:
+            self._counts[sig] = self._counts.get(sig, 0) + 1
+
+    def detect(self, analysis: AnalysisView) -> RepeatedError | None:
+        rec: ToolCallRecord | None = analysis.last_call
+        if rec is None:
+            return None
+        sig = None if rec.success else (rec.error_signature or "")
+        self._push((sig, rec.tool_name, rec.cite()))
+        if sig is not None and sig and self._counts[sig] >= self._min:
+            self._current = sig
+        elif self._current is not None and self._counts.get(self._current, 0) < self._min:
+            self._current = None
+        if self._current is None:
+            return None
+        return self._pattern(self._current, rec)
+
+    def _pattern(self, sig: str, rec: ToolCallRecord) -> RepeatedError:
+        hits = [(tool, cite) for s, tool, cite in self._ring if s == sig]
+        count = len(hits)
+        tools = {t for t, _ in hits}
+        conf = 0.6 + 0.15 * (count - self._min) + (0.05 if len(tools) == 1 else 0.0)
+        evidence = (
+            *tuple(c for _, c in hits[-3:]),
+            f"error {sig!r} {count}x in the last {self._window} calls",
+        )
+        return RepeatedError(
+            confidence=min(0.95, conf),
+            evidence=evidence,
+            first_seen_ms=rec.timestamp_ms,
+            call_index=rec.call_index,
+            error_signature=sig,
+            count=count,
+            tool_name=hits[-1][0],
+        )
+
+
+__all__ = ["RepeatedErrorDetector", "RepeatedErrorLogic", "RepeatedErrorSnapshot"]

@@ -1,0 +1,153 @@
+"""Thrashing: the same tool over and over, or read→write→read→write alternation.
+
+* ``same_tool``: one verb (the tool, or a shell command's first word) of an
+  acting kind (write/create/delete/exec/other) used ``same_tool_count`` times in
+  the last ``same_tool_window`` calls.  Reads and searches are excluded: paging
+  through a file is navigation, not thrashing.
+* ``alternation``: ``alternation_length`` calls in a row alternating between
+  reading and writing the same path (or unknown paths).
+
+Both are O(1) per call (a ring with a counter; a run length).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+
+from streams.core.errors import ConfigError
+from streams.core.patterns import AnalysisView, Thrashing, ToolCallRecord
+
+_ACTING = frozenset({"write", "create", "delete", "exec", "other"})
+_RW = {"read": "rw", "write": "rw", "create": "rw"}
+
+
+@dataclass(frozen=True, slots=True)
+class ThrashingSnapshot:
+    ring: tuple[str | None, ...]
+    alt_len: int
+    last: ToolCallRecord | None
+    cites: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ThrashingDetector:
+    same_tool_count: int = 6
+    same_tool_window: int = 10
+    alternation_length: int = 6
+
+    @property
+    def name(self) -> str:
+        return "thrashing"
+
+    def build(self, analysis_config: Any, snapshot: Any = None) -> ThrashingLogic:
+        if not 2 <= self.same_tool_count <= self.same_tool_window:
+            raise ConfigError(
+                "thrashing.same_tool_count",
+                f"must be in 2..same_tool_window ({self.same_tool_window}), "
+                f"got {self.same_tool_count}",
+            )
+        if self.alternation_length < 3:
+            raise ConfigError(
+                "thrashing.alternation_length", f"must be >= 3, got {self.alternation_length}"
+            )
+        logic = ThrashingLogic(self.same_tool_count, self.same_tool_window, self.alternation_length)
+        if snapshot is not None:
+            for verb in snapshot.ring:
+                logic.push(verb)
+            logic.alt_len = snapshot.alt_len
+            logic.last = snapshot.last
+            logic.cites.extend(snapshot.cites)
+        return logic
+
+
+class ThrashingLogic:
+    __slots__ = ("alt_len", "alt_need", "cites", "counts", "last", "ring", "same_count", "window")
+
+    def __init__(self, same_count: int, window: int, alt_need: int) -> None:
+        self.same_count = same_count
+        self.window = window
+        self.alt_need = alt_need
+        self.ring: deque[str | None] = deque()
+        self.counts: dict[str, int] = {}
+        self.alt_len = 0
+        self.last: ToolCallRecord | None = None
+        self.cites: deque[str] = deque(maxlen=4)
+
+    @property
+    def name(self) -> str:
+        return "thrashing"
+
+    def reset(self) -> None:
+        self.ring.clear()
+        self.counts.clear()
+        self.alt_len = 0
+        self.last = None
+        self.cites.clear()
+
+    def snapshot(self) -> ThrashingSnapshot:
+        return ThrashingSnapshot(tuple(self.ring), self.alt_len, self.last, tuple(self.cites))
+
+    def push(self, verb: str | None) -> None:
+        ring = self.ring
+        if len(ring) >= self.window:
+            old = ring.popleft()
+            if old is not None:
+                left = self.counts[old] - 1
+                if left:
+                    self.counts[old] = left
+                else:
+                    del self.counts[old]
+        ring.append(verb)
+        if verb is not None:
+            self.counts[verb] = self.counts.get(verb, 0) + 1
+
+    def detect(self, analysis: AnalysisView) -> Thrashing | None:
+        rec = analysis.last_call
+        if rec is None:
+            return None
+        verb = rec.verb if rec.kind in _ACTING else None
+        self.push(verb)
+        self.cites.append(rec.cite())
+        last = self.last
+        if (
+            last is not None
+            and rec.kind in _RW
+            and last.kind in _RW
+            and (rec.kind == "read") != (last.kind == "read")
+            and (rec.resource is None or last.resource is None or rec.resource == last.resource)
+        ):
+            self.alt_len += 1
+        else:
+            self.alt_len = 1 if rec.kind in _RW else 0
+        self.last = rec
+        if self.alt_len >= self.alt_need:
+            conf = min(0.8, 0.45 + 0.05 * (self.alt_len - self.alt_need))
+            subject = rec.resource or rec.verb
+            return Thrashing(
+                confidence=conf,
+                evidence=(*self.cites, f"{self.alt_len} calls alternating read/write on {subject}"),
+                first_seen_ms=rec.timestamp_ms,
+                call_index=rec.call_index,
+                mode="alternation",
+                subject=subject,
+                count=self.alt_len,
+            )
+        if verb is not None:
+            n = self.counts[verb]
+            if n >= self.same_count:
+                conf = min(0.7, 0.3 + 0.1 * (n - self.same_count))
+                return Thrashing(
+                    confidence=conf,
+                    evidence=(*self.cites, f"{verb!r} {n}x in the last {len(self.ring)} calls"),
+                    first_seen_ms=rec.timestamp_ms,
+                    call_index=rec.call_index,
+                    mode="same_tool",
+                    subject=verb,
+                    count=n,
+                )
+        return None
+
+
+__all__ = ["ThrashingDetector", "ThrashingLogic", "ThrashingSnapshot"]

@@ -1,0 +1,152 @@
+"""Route every agent session into one stream: <prefix>.session.* -> <prefix>.events.
+
+Agents publish Avro TraceEvents on one topic per session (<prefix>.session.<id>).
+The router subscribes to all of them by regex, checks each message (decodes it,
+its session_id must match the topic, seq >= 0, known type, size <= the cap) and,
+in one Kafka transaction per batch, either forwards the original bytes to
+<prefix>.events keyed by session id, or writes it to <prefix>.dlq with headers
+dlq.reason / dlq.error_class / dlq.source.{topic,partition,offset}.  Offsets are
+committed in the same transaction: a crash neither loses nor duplicates events
+(for read_committed consumers such as the worker).
+
+New sessions are picked up by the regex metadata refresh (--refresh-ms) and,
+faster, when the SDK announces them on <prefix>.control.
+
+Examples:
+  trajectory router                                  # defaults: 127.0.0.1:9092, prefix traj
+  trajectory router --prefix prod --partitions 12    # create prod.events with 12 partitions
+  trajectory router --transactional-id traj.router.1 # a second instance (ids must differ)
+  trajectory router --batch-size 500 --batch-ms 50   # smaller transactions, lower latency
+
+Every --status-every seconds it logs one line: routed/DLQ totals and rates.
+SIGTERM or Ctrl-C commits the open transaction and exits 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap", help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP or 127.0.0.1:9092)"
+    )
+    parser.add_argument("--prefix", help="topic prefix (default: $TRAJECTORY_PREFIX or traj)")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        help="partitions of <prefix>.events when the router creates it "
+        "(default: $TRAJECTORY_EVENTS_PARTITIONS or 6); an existing topic is kept as is",
+    )
+    parser.add_argument(
+        "--transactional-id",
+        help="stable id of THIS router instance (default <prefix>.router.0). Restarting with "
+        "the same id aborts the dead instance's open transaction; two live instances "
+        "need different ids",
+    )
+    parser.add_argument(
+        "--group-id", help="consumer group shared by all router instances (default <prefix>.router)"
+    )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        default=2000,
+        help="commit a transaction after this many messages (default 2000)",
+    )
+    parser.add_argument(
+        "--batch-ms",
+        type=int,
+        default=100,
+        help="... or after it has been open this many ms (default 100; bounds added latency)",
+    )
+    parser.add_argument(
+        "--refresh-ms",
+        type=int,
+        default=1000,
+        help="metadata refresh period: bounds new-topic pickup without announcements "
+        "(default 1000)",
+    )
+    parser.add_argument(
+        "--no-announcements",
+        action="store_true",
+        help="ignore <prefix>.control session announcements (rely on --refresh-ms alone)",
+    )
+    parser.add_argument(
+        "--max-message-bytes",
+        type=int,
+        help="messages larger than this go to the DLQ (default: $TRAJECTORY_MAX_MESSAGE_BYTES "
+        "or 1 MiB)",
+    )
+    parser.add_argument(
+        "--status-every",
+        type=float,
+        default=10.0,
+        help="seconds between status lines (0: none; default 10)",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+
+
+def run(args: argparse.Namespace) -> int:
+    import logging
+    import signal
+
+    from streams.router import Router, RouterConfig
+    from streams.settings import Settings
+
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    settings = Settings().with_(
+        bootstrap=args.bootstrap,
+        prefix=args.prefix,
+        events_partitions=args.partitions,
+        max_message_bytes=args.max_message_bytes,
+    )
+    config = RouterConfig(
+        transactional_id=args.transactional_id,
+        group_id=args.group_id,
+        batch_max_messages=args.batch_size,
+        batch_max_ms=args.batch_ms,
+        metadata_refresh_ms=args.refresh_ms,
+        use_announcements=not args.no_announcements,
+        status_interval_s=args.status_every,
+    )
+    router = Router(settings, config)
+
+    def stop(signum: int, frame: object) -> None:
+        logging.getLogger("streams.router").info(
+            "%s: committing the open transaction and stopping", signal.Signals(signum).name
+        )
+        router.request_stop()
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    router.start()
+    try:
+        final = router.run()
+    finally:
+        router.close()
+    logging.getLogger("streams.router").info(
+        "stopped: routed %d, dead-lettered %d, %d transactions, %d aborted",
+        final.routed,
+        final.dead_lettered,
+        final.transactions,
+        final.aborts,
+    )
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m streams.commands.router``: the same command without the CLI front."""
+    parser = argparse.ArgumentParser(
+        prog="trajectory router",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,282 @@
+"""The ingest router against a real Kafka broker.
+
+* routing: 1,000 valid events over 20 session topics plus every kind of bad
+  message -> each valid event exactly once in ``<prefix>.events`` (original bytes,
+  key = session id, per-session order kept), each bad one in the DLQ with its reason;
+* pickup: the first event of a brand-new session topic reaches ``<prefix>.events``
+  well within the 5 s end-to-end budget, with and without announcements.
+"""
+
+from __future__ import annotations
+
+import struct
+import threading
+import time
+from collections import defaultdict
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+from streams.core.events import TraceEvent
+from streams.router import Router, RouterConfig
+from streams.router.validate import (
+    DLQ_ERROR_CLASS,
+    DLQ_REASON,
+    DLQ_SOURCE_OFFSET,
+    DLQ_SOURCE_PARTITION,
+    DLQ_SOURCE_TOPIC,
+)
+from streams.serde import EventSerde
+from streams.settings import Settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+SERDE = EventSerde()
+
+
+def event(sid: str, seq: int, **kw: Any) -> TraceEvent:
+    kind = "tool_call" if seq % 2 else "tool_result"
+    return TraceEvent(
+        type=kind,
+        session_id=sid,
+        seq=seq,
+        timestamp_ms=1_700_000_000_000 + seq * 1000,
+        tool_name="bash",
+        call_id=f"c{seq // 2}",
+        input={"cmd": f"ls {seq}"} if kind == "tool_call" else None,
+        output="ok" if kind == "tool_result" else None,
+        **kw,
+    )
+
+
+def publish(
+    bootstrap: str, items: list[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]]
+) -> dict[tuple[str, int], int]:
+    """Produce (topic, key, value, headers) in order; returns (topic, index)->offset."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    offsets: dict[tuple[str, int], int] = {}
+    errors: list[str] = []
+
+    def done(idx: int):  # type: ignore[no-untyped-def]
+        def cb(err, msg):  # type: ignore[no-untyped-def]
+            if err is not None:
+                errors.append(str(err))
+            else:
+                offsets[(msg.topic(), idx)] = msg.offset()
+
+        return cb
+
+    for i, (topic, key, value, headers) in enumerate(items):
+        producer.produce(topic, value, key, headers=headers, on_delivery=done(i))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert not errors, errors
+    return offsets
+
+
+def read_topic(
+    bootstrap: str, topic: str, expect: int, *, idle_s: float = 2.0, timeout_s: float = 60.0
+) -> list[Any]:
+    """All committed messages of ``topic`` (read_committed); waits for ``expect``,
+    then keeps reading for ``idle_s`` so duplicates would be seen too."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "reader-" + topic,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        md = consumer.list_topics(topic, timeout=10)
+        parts = md.topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            batch = consumer.consume(500, timeout=0.2)
+            for m in batch:
+                assert m.error() is None, m.error()
+                out.append(m)
+            if batch:
+                last = time.monotonic()
+            elif len(out) >= expect and time.monotonic() - last >= idle_s:
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+def headers_of(msg: Any) -> dict[str, bytes]:
+    return dict(msg.headers() or [])
+
+
+def test_routes_valid_events_exactly_once_and_dead_letters_bad_ones(
+    settings: Settings, create_topics: Any
+) -> None:
+    settings = settings.with_(max_message_bytes=8192)
+    sessions = [f"s{i:02d}" for i in range(20)]
+    create_topics(*(settings.session_topic(s) for s in sessions))
+    create_topics(settings.control_topic)
+
+    items: list[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]] = []
+    valid: dict[tuple[str, int], bytes] = {}
+    for seq in range(50):
+        for sid in sessions:
+            data = SERDE.encode(event(sid, seq))
+            valid[(sid, seq)] = data
+            items.append((settings.session_topic(sid), sid.encode(), data, [("ct", b"avro")]))
+    assert len(valid) == 1000
+
+    good = SERDE.encode(event("s01", 999))
+    unknown_fp = bytearray(SERDE.encode(event("s02", 999)))
+    unknown_fp[2:10] = struct.pack("<Q", 0xDEAD_BEEF_DEAD_BEEF)
+    bad = {
+        "garbage": (settings.session_topic("s00"), b"\xff\x00 definitely not avro"),
+        "truncated": (settings.session_topic("s01"), good[:-6]),
+        "unknown_fp": (settings.session_topic("s02"), bytes(unknown_fp)),
+        "wrong_session": (settings.session_topic("s03"), SERDE.encode(event("s04", 999))),
+        "oversized": (
+            settings.session_topic("s05"),
+            SERDE.encode(event("s05", 999, text="x" * 20_000)),
+        ),
+        "negative_seq": (settings.session_topic("s06"), SERDE.encode(event("s06", -1))),
+        "bad_announcement": (settings.control_topic, b"not-a-session-topic"),
+    }
+    # Interleave the bad ones with the good ones: processing must go on after each.
+    bad_index: dict[str, int] = {}
+    for n, (topic, value) in enumerate(bad.values()):
+        pos = 100 + n * 120
+        items.insert(pos, (topic, b"bad", value, None))
+    for i, (topic, key, value, _h) in enumerate(items):
+        for name, (btopic, bvalue) in bad.items():
+            if key == b"bad" and topic == btopic and value == bvalue:
+                bad_index[name] = i
+    # Announcements for every session (as the SDK sends them).
+    for sid in sessions:
+        items.append(
+            (settings.control_topic, sid.encode(), settings.session_topic(sid).encode(), None)
+        )
+    offsets = publish(settings.bootstrap, items)
+
+    config = RouterConfig(batch_max_messages=150, batch_max_ms=50, status_interval_s=0)
+    with Router(settings, config) as router:
+        stats = router.run(
+            until=lambda s: s.routed >= 1000 and s.dead_lettered >= len(bad), max_seconds=60
+        )
+    assert stats.routed == 1000, stats
+    assert stats.dead_lettered == len(bad), stats
+    assert stats.announcements == len(sessions)
+    assert stats.aborts == 0
+
+    events = read_topic(settings.bootstrap, settings.events_topic, 1000)
+    assert len(events) == 1000
+    got = {(m.key().decode(), SERDE.decode(m.value()).seq): m.value() for m in events}
+    assert got == valid  # every valid event, byte-identical, exactly once, keyed by session
+    by_session: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
+    for m in events:
+        assert headers_of(m) == {"ct": b"avro"}  # publisher headers travel along
+        by_session[m.key().decode()].append(
+            (m.partition(), m.offset(), SERDE.decode(m.value()).seq)
+        )
+    for sid, rows in by_session.items():
+        assert len({p for p, _, _ in rows}) == 1, f"{sid} split over partitions"
+        assert [seq for _, _, seq in sorted(rows)] == list(range(50)), f"{sid} out of order"
+
+    dlq = read_topic(settings.bootstrap, settings.dlq_topic, len(bad))
+    assert len(dlq) == len(bad)
+    by_source = {
+        (headers_of(m)[DLQ_SOURCE_TOPIC].decode(), int(headers_of(m)[DLQ_SOURCE_OFFSET])): m
+        for m in dlq
+    }
+    expected_class = {
+        "garbage": ("MalformedMessageError", "neither the Avro single-object marker"),
+        "truncated": ("MalformedMessageError", "invalid Avro body"),
+        "unknown_fp": ("UnknownSchemaError", "0xdeadbeefdeadbeef"),
+        "wrong_session": ("InvalidEventError", "session_id: event says 's04'"),
+        "oversized": ("OversizedMessageError", "8192-byte cap"),
+        "negative_seq": ("InvalidEventError", "seq: -1"),
+        "bad_announcement": ("InvalidEventError", "control.value"),
+    }
+    for name, (topic, value) in bad.items():
+        offset = offsets[(topic, bad_index[name])]
+        m = by_source[(topic, offset)]
+        h = headers_of(m)
+        cls, text = expected_class[name]
+        assert h[DLQ_ERROR_CLASS].decode() == cls, (name, h)
+        assert text in h[DLQ_REASON].decode(), (name, h[DLQ_REASON])
+        assert h[DLQ_SOURCE_PARTITION] == b"0"
+        assert m.value() == value  # the original bytes, for inspection/replay
+        assert m.key() == b"bad"
+
+
+def _run_in_thread(router: Router) -> threading.Thread:
+    t = threading.Thread(target=router.run, name="router", daemon=True)
+    t.start()
+    return t
+
+
+@pytest.mark.parametrize("announce", [True, False], ids=["announced", "regex-only"])
+def test_first_event_of_new_session_topic_is_routed_fast(
+    settings: Settings, create_topics: Any, announce: bool
+) -> None:
+    create_topics(settings.control_topic)
+    create_topics(settings.session_topic("warmup"))
+    config = RouterConfig(batch_max_ms=20, use_announcements=announce, status_interval_s=0)
+    router = Router(settings, config)
+    router.start()
+    thread = _run_in_thread(router)
+    reader = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "group.id": "pickup-reader",
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    producer = Producer({"bootstrap.servers": settings.bootstrap, "linger.ms": 0})
+    latencies: list[float] = []
+    try:
+        deadline = time.monotonic() + 30
+        while settings.session_topic("warmup") not in router.assigned_topics:
+            assert time.monotonic() < deadline, "router never got its initial assignment"
+            time.sleep(0.05)
+        md = reader.list_topics(settings.events_topic, timeout=10)
+        reader.assign(
+            [
+                TopicPartition(settings.events_topic, p, OFFSET_BEGINNING)
+                for p in md.topics[settings.events_topic].partitions
+            ]
+        )
+        for i in range(3):
+            sid = f"new-{i}"
+            topic = settings.session_topic(sid)
+            start = time.monotonic()
+            create_topics(topic)  # the SDK creates the topic, then publishes
+            producer.produce(topic, SERDE.encode(event(sid, 0)), sid.encode())
+            if announce:
+                producer.produce(settings.control_topic, topic.encode(), sid.encode())
+            producer.flush(10)
+            seen = None
+            while seen is None and time.monotonic() - start < 10:
+                for m in reader.consume(100, timeout=0.05):
+                    if m.error() is None and m.key() == sid.encode():
+                        seen = time.monotonic() - start
+            assert seen is not None, f"{sid}: not routed within 10 s"
+            latencies.append(seen)
+    finally:
+        router.request_stop()
+        thread.join(30)
+        router.close()
+        reader.close()
+    print(
+        f"\nnew-topic pickup ({'announced' if announce else 'regex refresh only'}): "
+        + ", ".join(f"{x * 1000:.0f} ms" for x in latencies)
+    )
+    assert not thread.is_alive()
+    assert max(latencies) < 5.0, latencies
+    if announce:
+        # Announcements must beat the 1 s periodic refresh on average.
+        assert sorted(latencies)[1] < 1.0, latencies

@@ -1,0 +1,313 @@
+"""The Faust application: the one module of the project that imports Faust.
+
+``create_app(settings)`` builds a fresh app (never at import time: settings,
+store and ports differ per process and per test).  It declares
+
+* the source topic ``<prefix>.events`` (key = session id, value = Avro bytes,
+  both ``raw``: we decode ourselves, so a bad message goes to ``<prefix>.dlq``
+  with a reason instead of crashing the agent);
+* three changelog-backed tables with raw-bytes values (``streams.app.state``
+  encodes/decodes them canonically): ``sessions`` (per-session counters),
+  ``budgets`` (latest budget + tokens since) and ``minutes`` (tool calls and
+  errors per session per event-time minute, keyed ``<session_id>@<minute_start_ms>``;
+  see docs/faust-notes.md for why this is not a Faust windowed table);
+* one agent with ``concurrency=1`` (Faust may commit past unprocessed messages
+  with more) that applies each event exactly once via
+  :class:`~streams.app.processor.EventProcessor`;
+* read-only web views ``GET /sessions/{id}/state`` and ``GET /sessions/{id}/minutes``.
+
+Co-partitioning invariant: the tables have exactly as many partitions as
+``<prefix>.events`` and are keyed by session id, so a session's table rows live
+in the partition its events arrive on.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import faust
+from faust.web import Request, Response, View
+
+from streams.app.processor import EventProcessor
+from streams.app.state import BudgetState, MinuteCounts, SessionCounters
+from streams.core.errors import ConfigError, InvalidEventError, SerdeError
+from streams.core.events import TraceEvent
+from streams.settings import SESSION_ID_RE, Settings
+
+log = logging.getLogger(__name__)
+
+STORES = {"rocksdb": "rocksdb://", "memory": "memory://"}
+SESSIONS_TABLE = "sessions"
+BUDGETS_TABLE = "budgets"
+MINUTES_TABLE = "minutes"
+
+Decoder = Callable[[bytes], TraceEvent]
+
+
+def app_id(settings: Settings) -> str:
+    """Faust app id; it prefixes the changelog topics (``<app_id>-<table>-changelog``)."""
+    return f"{settings.prefix}-observer"
+
+
+def changelog_topic(settings: Settings, table: str) -> str:
+    return f"{app_id(settings)}-{table}-changelog"
+
+
+def broker_urls(bootstrap: str) -> str:
+    """``host:port,host:port`` -> Faust's ``kafka://host:port;kafka://host:port``."""
+    hosts = [h.strip() for h in bootstrap.split(",") if h.strip()]
+    if not hosts:
+        raise ConfigError("bootstrap", "empty; give host:port[,host:port...]")
+    return ";".join(h if "://" in h else f"kafka://{h}" for h in hosts)
+
+
+def _default_decoder() -> Decoder:
+    from streams.serde import EventSerde
+
+    decode: Decoder = EventSerde().decode
+    return decode
+
+
+@dataclass(frozen=True)
+class WorkerApp:
+    """The app plus the handles a command or test needs."""
+
+    app: faust.App
+    settings: Settings
+    processor: EventProcessor
+    sessions: Any
+    budgets: Any
+    minutes: Any
+    events_topic: Any
+    dlq_topic: Any
+
+
+def _dlq_headers(reason: str, message: Any) -> list[tuple[str, bytes]]:
+    return [
+        ("reason", reason.encode("utf-8", "replace")[:1000]),
+        ("topic", str(message.topic).encode()),
+        ("partition", str(message.partition).encode()),
+        ("offset", str(message.offset).encode()),
+        ("stage", b"worker"),
+    ]
+
+
+def create_app(
+    settings: Settings,
+    *,
+    store: str = "rocksdb://",
+    data_dir: str | Path | None = None,
+    web_port: int = 6066,
+    web_enabled: bool = True,
+    worker_id: str | None = None,
+    partitions: int | None = None,
+    decode: Decoder | None = None,
+    commit_interval_s: float = 1.0,
+) -> WorkerApp:
+    """Build a worker app from ``settings``.
+
+    ``store``: ``"rocksdb://"`` (rocksdict driver; local files under ``data_dir``,
+    recovered incrementally from the changelog) or ``"memory://"`` (rebuilt from
+    the changelog on every start).  ``partitions`` must equal the partition count
+    of ``<prefix>.events`` (defaults to ``settings.events_partitions``).
+    ``decode`` turns message bytes into a TraceEvent (default: the Avro serde).
+    """
+    if store in STORES:
+        store = STORES[store]
+    if store not in STORES.values():
+        raise ConfigError("store", f"{store!r}: use 'rocksdb://' or 'memory://'")
+    n_partitions = partitions or settings.events_partitions
+    decoder = decode or _default_decoder()
+    datadir = Path(data_dir) if data_dir is not None else Path(f"{app_id(settings)}-data")
+    if worker_id:
+        datadir = datadir / worker_id
+
+    app = faust.App(
+        app_id(settings),
+        broker=broker_urls(settings.bootstrap),
+        store=store,
+        datadir=str(datadir),
+        autodiscover=False,
+        topic_partitions=n_partitions,
+        topic_replication_factor=1,
+        table_standby_replicas=0,
+        consumer_auto_offset_reset="earliest",
+        broker_commit_interval=commit_interval_s,
+        broker_client_id=worker_id or app_id(settings),
+        web_enabled=web_enabled,
+        web_port=web_port,
+        web_bind="127.0.0.1",
+        web_host="127.0.0.1",
+        producer_acks=-1,
+    )
+
+    events = app.topic(
+        settings.events_topic,
+        key_serializer="raw",
+        value_serializer="raw",
+        partitions=n_partitions,
+    )
+    dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")
+    # 'driver' is popped from (and aliased with) this dict by the Store: pass fresh dicts.
+    table_kw: dict[str, Any] = {
+        "default": None,
+        "partitions": n_partitions,
+        # Table serializers come from key_type/value_type only (bytes -> "raw",
+        # anything else -> "json"); a schema= with serializers is ignored by the store.
+        "key_type": bytes,
+        "value_type": bytes,
+    }
+
+    def _opts() -> dict[str, Any] | None:
+        return {"driver": "rocksdict"} if store == "rocksdb://" else None
+
+    sessions = app.Table(SESSIONS_TABLE, help="per-session counters", options=_opts(), **table_kw)
+    budgets = app.Table(
+        BUDGETS_TABLE, help="latest budget per session", options=_opts(), **table_kw
+    )
+    minutes = app.Table(
+        MINUTES_TABLE, help="tool calls/errors per session per minute", options=_opts(), **table_kw
+    )
+    processor = EventProcessor(sessions, budgets, minutes)
+
+    @app.agent(events, concurrency=1)
+    async def process(stream: Any) -> None:
+        async for ev in stream.events():
+            message = ev.message
+            value = ev.value
+            try:
+                event = decoder(value)
+                key = ev.key.decode("utf-8", "replace") if isinstance(ev.key, bytes) else ev.key
+                if key is not None and key != event.session_id:
+                    raise InvalidEventError(
+                        "session_id",
+                        f"{event.session_id!r} does not match the message key {key!r} "
+                        "(producers must key <prefix>.events by session id)",
+                    )
+            except (SerdeError, InvalidEventError) as exc:
+                reason = f"{type(exc).__name__}: {exc}"
+                log.warning(
+                    "dead-lettering %s[%s]@%s: %s",
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    reason,
+                )
+                await dlq.send(key=ev.key, value=value, headers=_dlq_headers(reason, message))
+                continue
+            try:
+                processor.apply(event)
+            except Exception as exc:
+                # Faust's supervisor would restart the agent and carry on past this
+                # message (it gets acked): never silently skip. Stop the worker instead;
+                # the offset is not committed, so a restart retries the message.
+                log.critical(
+                    "cannot apply %s[%s]@%s: %r; stopping the worker",
+                    message.topic,
+                    message.partition,
+                    message.offset,
+                    exc,
+                )
+                await app.crash(exc)
+                raise
+
+    @app.on_partitions_revoked.connect
+    async def _on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        processor.drop_caches()
+
+    @app.on_partitions_assigned.connect
+    async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
+        processor.drop_caches()
+
+    def _bad_id(web: Any, session_id: str) -> Response | None:
+        if SESSION_ID_RE.match(session_id):
+            return None
+        return web.json(
+            {
+                "error": "malformed session id",
+                "session_id": session_id[:200],
+                "hint": "use 1-200 characters of letters, digits, '.', '_' or '-'",
+            },
+            status=400,
+        )
+
+    @app.page("/sessions/{session_id}/state")
+    class SessionStateView(View):
+        """JSON of one session's table values (404 unknown, 400 malformed id)."""
+
+        async def get(self, request: Request, session_id: str) -> Response:
+            bad = _bad_id(self, session_id)
+            if bad is not None:
+                return bad
+            raw = sessions.get(session_id)
+            if raw is None:
+                return self.json(
+                    {
+                        "error": "unknown session",
+                        "session_id": session_id,
+                        "hint": "no event of this session has reached this worker's partitions yet",
+                    },
+                    status=404,
+                )
+            braw = budgets.get(session_id)
+            return self.json(
+                {
+                    "session_id": session_id,
+                    "state": SessionCounters.decode(raw).to_json(),
+                    "budget": None if braw is None else BudgetState.decode(braw).to_json(),
+                }
+            )
+
+    @app.page("/sessions/{session_id}/minutes")
+    class SessionMinutesView(View):
+        """Per-minute counts of one session, oldest first (scans the minutes table)."""
+
+        async def get(self, request: Request, session_id: str) -> Response:
+            bad = _bad_id(self, session_id)
+            if bad is not None:
+                return bad
+            prefix = f"{session_id}@"
+            rows = []
+            for key, raw in minutes.items():
+                k = key.decode() if isinstance(key, bytes) else str(key)
+                if k.startswith(prefix):
+                    rows.append(MinuteCounts.decode(raw).to_json())
+            if not rows and sessions.get(session_id) is None:
+                return self.json({"error": "unknown session", "session_id": session_id}, status=404)
+            rows.sort(key=lambda r: r["minute_start_ms"])
+            return self.json({"session_id": session_id, "minutes": rows})
+
+    @app.page("/stats")
+    class StatsView(View):
+        """Processor counters (events applied / duplicates ignored) of this worker."""
+
+        async def get(self, request: Request) -> Response:
+            return self.json({"applied": processor.applied, "duplicates": processor.duplicates})
+
+    return WorkerApp(
+        app=app,
+        settings=settings,
+        processor=processor,
+        sessions=sessions,
+        budgets=budgets,
+        minutes=minutes,
+        events_topic=events,
+        dlq_topic=dlq,
+    )
+
+
+__all__ = [
+    "BUDGETS_TABLE",
+    "MINUTES_TABLE",
+    "SESSIONS_TABLE",
+    "STORES",
+    "WorkerApp",
+    "app_id",
+    "broker_urls",
+    "changelog_topic",
+    "create_app",
+]

@@ -1,0 +1,267 @@
+"""Pure per-session values the worker keeps in its tables (no Faust, no Kafka).
+
+Why this module exists: the Faust worker must make at-least-once delivery look
+exactly-once in its tables.  Each table value carries the ``last_seq`` it has
+applied, and an event is applied to a value only when ``event.seq > last_seq``.
+Because every table value is checked independently, a crash between two
+changelog writes of the same event can never double-apply it in the table that
+*was* written, nor lose it in the one that was not (redelivery re-applies it there).
+
+It holds **no detection logic** -- only counters, the latest budget and a
+bounded window of recent events.  Detection is ``streams.core.engine``'s job.
+
+Encodings are canonical JSON bytes (sorted keys, compact, UTF-8) with a version
+field ``"v"``: the same value always encodes to the same bytes and
+``decode(encode(x)) == x``.
+
+Invariants:
+
+* ``last_seq`` is ``-1`` before any event was applied; afterwards it is the
+  largest ``seq`` applied, and it only grows.
+* Counters only grow, and only when an event is applied.
+* ``recent`` holds at most ``RECENT_LIMIT`` events (JSON Lines dicts), oldest first.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Final
+
+from streams.core.errors import StateDecodeError
+from streams.core.events import TraceEvent
+from streams.core.jsonl import event_to_json
+
+STATE_VERSION: Final = 1
+#: How many recent events a session value keeps (bounded: table values stay small).
+RECENT_LIMIT: Final = 20
+#: Width of the per-session count windows, in event-time milliseconds.
+MINUTE_MS: Final = 60_000
+
+
+def canonical_bytes(value: Any) -> bytes:
+    """Sorted keys, compact separators, UTF-8: one byte string per value."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def _load(data: bytes, kind: str) -> dict[str, Any]:
+    if not isinstance(data, bytes | bytearray | memoryview):
+        raise StateDecodeError(f"{kind}: expected bytes, got {type(data).__name__}")
+    try:
+        obj = json.loads(bytes(data).decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise StateDecodeError(f"{kind}: stored bytes are not canonical JSON: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise StateDecodeError(f"{kind}: expected a JSON object, got {type(obj).__name__}")
+    if obj.get("v") != STATE_VERSION:
+        raise StateDecodeError(
+            f"{kind}.v: unknown state version {obj.get('v')!r} (this worker reads "
+            f"{STATE_VERSION}); run a matching worker version or rebuild the tables"
+        )
+    return obj
+
+
+def _build(cls: type[Any], obj: dict[str, Any], kind: str) -> Any:
+    body = {k: v for k, v in obj.items() if k != "v"}
+    try:
+        return cls(**body)
+    except TypeError as exc:
+        raise StateDecodeError(f"{kind}: fields do not match {cls.__name__}: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class SessionCounters:
+    """What the worker knows about one session without running detectors."""
+
+    session_id: str
+    events: int = 0
+    tool_calls: int = 0
+    tool_results: int = 0
+    errors: int = 0
+    model_steps: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    last_seq: int = -1
+    #: How many times an applied seq skipped numbers (seq > last_seq + 1): lost events upstream.
+    seq_gaps: int = 0
+    first_event_ms: int | None = None
+    last_event_ms: int | None = None
+    ended: bool = False
+    recent: tuple[dict[str, Any], ...] = ()
+
+    def apply(self, event: TraceEvent) -> SessionCounters | None:
+        """The value after ``event``, or ``None`` when ``event.seq`` was already applied."""
+        if event.seq <= self.last_seq:
+            return None
+        is_error = (event.type == "tool_result" and event.is_error) or event.type == "error"
+        recent = (*self.recent, event_to_json(event))[-RECENT_LIMIT:]
+        first = self.first_event_ms
+        return replace(
+            self,
+            events=self.events + 1,
+            tool_calls=self.tool_calls + (event.type == "tool_call"),
+            tool_results=self.tool_results + (event.type == "tool_result"),
+            errors=self.errors + is_error,
+            model_steps=self.model_steps + (event.type == "model_step"),
+            input_tokens=self.input_tokens + (event.input_tokens or 0),
+            output_tokens=self.output_tokens + (event.output_tokens or 0),
+            last_seq=event.seq,
+            seq_gaps=self.seq_gaps + (event.seq > self.last_seq + 1),
+            first_event_ms=event.timestamp_ms if first is None else min(first, event.timestamp_ms),
+            last_event_ms=(
+                event.timestamp_ms
+                if self.last_event_ms is None
+                else max(self.last_event_ms, event.timestamp_ms)
+            ),
+            ended=self.ended or event.type == "session_end",
+            recent=recent,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["recent"] = list(self.recent)
+        return out
+
+    def encode(self) -> bytes:
+        return canonical_bytes({"v": STATE_VERSION, **self.to_json()})
+
+    @classmethod
+    def decode(cls, data: bytes) -> SessionCounters:
+        obj = _load(data, "session_state")
+        recent = obj.get("recent", [])
+        if not isinstance(recent, list):
+            raise StateDecodeError("session_state.recent: expected a list")
+        obj["recent"] = tuple(recent)
+        value: SessionCounters = _build(cls, obj, "session_state")
+        return value
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetState:
+    """The latest ``budget`` of a session plus the tokens the worker saw since.
+
+    ``tokens_used`` = the agent's last reported ``tokens_used`` (0 if it never
+    reported one) + the ``model_step`` tokens seen after that report.  A budget
+    event that reports ``tokens_used`` restarts the count from its value; one
+    that leaves it ``None`` keeps the running count.
+    """
+
+    session_id: str
+    last_seq: int = -1
+    deadline_ms: int | None = None
+    max_tokens: int | None = None
+    max_tool_calls: int | None = None
+    reported_tokens_used: int | None = None
+    tokens_since_report: int = 0
+    budget_seq: int | None = None
+
+    @property
+    def tokens_used(self) -> int:
+        return (self.reported_tokens_used or 0) + self.tokens_since_report
+
+    def apply(self, event: TraceEvent) -> BudgetState | None:
+        """The value after ``event``; ``None`` if already applied or irrelevant."""
+        if event.seq <= self.last_seq:
+            return None
+        if event.type == "budget" and event.budget is not None:
+            b = event.budget
+            reported = b.tokens_used if b.tokens_used is not None else self.reported_tokens_used
+            since = 0 if b.tokens_used is not None else self.tokens_since_report
+            return replace(
+                self,
+                last_seq=event.seq,
+                deadline_ms=b.deadline_ms,
+                max_tokens=b.max_tokens,
+                max_tool_calls=b.max_tool_calls,
+                reported_tokens_used=reported,
+                tokens_since_report=since,
+                budget_seq=event.seq,
+            )
+        if event.type == "model_step" and event.total_tokens:
+            return replace(
+                self,
+                last_seq=event.seq,
+                tokens_since_report=self.tokens_since_report + event.total_tokens,
+            )
+        return None
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["tokens_used"] = self.tokens_used
+        return out
+
+    def encode(self) -> bytes:
+        return canonical_bytes({"v": STATE_VERSION, **asdict(self)})
+
+    @classmethod
+    def decode(cls, data: bytes) -> BudgetState:
+        value: BudgetState = _build(cls, _load(data, "budget_state"), "budget_state")
+        return value
+
+
+def minute_start(timestamp_ms: int) -> int:
+    """Start of the tumbling event-time minute holding ``timestamp_ms``."""
+    return timestamp_ms - timestamp_ms % MINUTE_MS
+
+
+def minute_key(session_id: str, timestamp_ms: int) -> str:
+    """Table key of a session's minute: ``<session_id>@<minute_start_ms>``.
+
+    ``@`` is outside the session id charset, so the split is unambiguous.
+    """
+    return f"{session_id}@{minute_start(timestamp_ms)}"
+
+
+@dataclass(frozen=True, slots=True)
+class MinuteCounts:
+    """Tool calls and errors of one session in one event-time minute."""
+
+    session_id: str
+    minute_start_ms: int
+    tool_calls: int = 0
+    errors: int = 0
+    last_seq: int = -1
+
+    @staticmethod
+    def counts(event: TraceEvent) -> bool:
+        """Whether ``event`` changes a minute value (only these are written)."""
+        return event.type in ("tool_call", "error") or (
+            event.type == "tool_result" and event.is_error
+        )
+
+    def apply(self, event: TraceEvent) -> MinuteCounts | None:
+        if event.seq <= self.last_seq or not self.counts(event):
+            return None
+        is_error = event.type == "error" or (event.type == "tool_result" and event.is_error)
+        return replace(
+            self,
+            tool_calls=self.tool_calls + (event.type == "tool_call"),
+            errors=self.errors + is_error,
+            last_seq=event.seq,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def encode(self) -> bytes:
+        return canonical_bytes({"v": STATE_VERSION, **asdict(self)})
+
+    @classmethod
+    def decode(cls, data: bytes) -> MinuteCounts:
+        value: MinuteCounts = _build(cls, _load(data, "minute_counts"), "minute_counts")
+        return value
+
+
+__all__ = [
+    "MINUTE_MS",
+    "RECENT_LIMIT",
+    "STATE_VERSION",
+    "BudgetState",
+    "MinuteCounts",
+    "SessionCounters",
+    "canonical_bytes",
+    "minute_key",
+    "minute_start",
+]

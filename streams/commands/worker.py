@@ -1,0 +1,98 @@
+"""Run the Faust worker: it consumes <prefix>.events and keeps, per session,
+changelog-backed tables that survive restarts and crashes:
+
+  sessions  counters (events, tool calls, errors, tokens, last seq) + recent events
+  budgets   the latest budget event + model_step tokens seen since
+  minutes   tool calls and errors per session per event-time minute
+
+Each event is applied exactly once per table: a redelivered event (same or
+older seq) is ignored, so a crash + restart never double-counts.  Messages that
+cannot be decoded go to <prefix>.dlq with a `reason` header.
+
+The tables live in RocksDB files under --data-dir (recovered incrementally from
+Kafka changelog topics on start) or in memory (--store memory: rebuilt from the
+changelogs on every start).  A read-only HTTP view listens on 127.0.0.1:
+
+  curl http://127.0.0.1:6066/sessions/<session_id>/state
+  curl http://127.0.0.1:6066/sessions/<session_id>/minutes
+
+Examples:
+  trajectory worker                                  # traj.events, ./traj-observer-data
+  trajectory worker --prefix demo --store memory --web-port 6067
+  KAFKA_BOOTSTRAP=kafka:9092 trajectory worker --data-dir /var/lib/trajectory
+
+Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap", help="Kafka bootstrap servers host:port[,...] (env KAFKA_BOOTSTRAP)"
+    )
+    parser.add_argument("--prefix", help="topic prefix (env TRAJECTORY_PREFIX, default traj)")
+    parser.add_argument(
+        "--store",
+        choices=("rocksdb", "memory"),
+        default="rocksdb",
+        help="table storage: rocksdb files in --data-dir (default) or memory",
+    )
+    parser.add_argument(
+        "--data-dir",
+        help="where RocksDB table files live (default ./<prefix>-observer-data)",
+    )
+    parser.add_argument(
+        "--web-port", type=int, default=6066, help="HTTP view port on 127.0.0.1 (default 6066)"
+    )
+    parser.add_argument("--no-web", action="store_true", help="do not start the HTTP view")
+    parser.add_argument("--worker-id", help="client id; also a sub-folder of --data-dir")
+    parser.add_argument(
+        "--loglevel",
+        default="warning",
+        choices=("debug", "info", "warning", "error"),
+        help="log level (default warning)",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    import faust
+
+    from streams.app.faust_app import create_app
+    from streams.app.topics import ensure_events_topic
+    from streams.settings import Settings
+
+    settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
+    partitions = ensure_events_topic(settings)
+    worker_app = create_app(
+        settings,
+        store=args.store,
+        data_dir=args.data_dir,
+        web_port=args.web_port,
+        web_enabled=not args.no_web,
+        worker_id=args.worker_id,
+        partitions=partitions,
+    )
+    print(
+        f"trajectory worker: {settings.events_topic} ({partitions} partitions) on "
+        f"{settings.bootstrap}, store {args.store}"
+        + ("" if args.no_web else f", http://127.0.0.1:{args.web_port}/sessions/<id>/state"),
+        file=sys.stderr,
+        flush=True,
+    )
+    worker = faust.Worker(worker_app.app, loglevel=args.loglevel.upper(), quiet=True)
+    try:
+        worker.execute_from_commandline()
+    except SystemExit as exc:  # mode's Worker always ends with SystemExit
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    return 0
+
+
+if __name__ == "__main__":  # `python -m streams.commands.worker ...` (used by tests)
+    _parser = argparse.ArgumentParser(prog="trajectory worker", description=__doc__)
+    add_arguments(_parser)
+    sys.exit(run(_parser.parse_args()))

@@ -57,7 +57,7 @@ from streams.core.patterns import (
     ToolCallRecord,
     TrajectoryPattern,
 )
-from streams.core.similarity import abbreviate, describe_action, normalize_error, summarize_params
+from streams.core.similarity import abbreviate, describe_action, error_signature, summarize_params
 
 #: Entry-point group custom detectors register under.
 DETECTOR_ENTRY_POINT_GROUP: Final = "trajectory_streams.detectors"
@@ -445,7 +445,7 @@ class TrajectoryBuilder:
         info = describe_action(pending.tool_name, pending.params)
         signature: str | None = None
         if not success:
-            signature = normalize_error(error_message or out_text or "error")
+            signature = error_signature(error_message, out_text)
         out_digest = hashlib.blake2b(
             out_text[:4096].encode("utf-8", "surrogatepass"), digest_size=6
         ).hexdigest()

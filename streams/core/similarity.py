@@ -207,6 +207,46 @@ def normalize_error(message: str) -> str:
     return text[:200]
 
 
+_GENERIC = re.compile(
+    r"(?:(?:non-?zero |bad )?(?:returncode|return code|exit code|exit status|exit|status|rc|"
+    r"error|failed|failure|command failed)(?: with)?\s*[:=]?\s*(?:-?\d+|<n>)?\s*)?"
+)
+_ERRORISH = re.compile(r"(?:Error|Exception|error|ERROR|FAIL|fatal)\b[:\s]|not found|No such")
+_TAGS = re.compile(r"</?[A-Za-z_][\w-]*>")
+
+
+def is_generic_error(signature: str) -> bool:
+    """True when a normalized signature says no more than "it failed (code N)"."""
+    return _GENERIC.fullmatch(signature) is not None
+
+
+def error_signature(message: str | None, output: str | None) -> str:
+    """Signature of a failed call: the normalized message, completed by the first
+    non-empty output line when the message alone is generic (``returncode 1``).
+
+    Why: some harnesses report only an exit status; two different failures must
+    not share a signature just because both exited with 1.
+    """
+    sig = normalize_error(message or "")
+    if sig and not is_generic_error(sig):
+        return sig
+    if output:
+        detail = ""
+        first = ""
+        for line in output[:8000].splitlines():
+            text = _TAGS.sub(" ", line).strip()
+            if not text or text.lstrip("-").isdigit():
+                continue
+            if not first:
+                first = text
+            if _ERRORISH.search(text):
+                detail = text
+        chosen = normalize_error(detail or first)
+        if chosen:
+            return f"{sig}: {chosen}"[:200] if sig else chosen
+    return sig or "error"
+
+
 def _ngrams(seq: Sequence[str], n: int) -> set[tuple[str, ...]]:
     return {tuple(seq[i : i + n]) for i in range(len(seq) - n + 1)}
 
@@ -368,6 +408,8 @@ __all__ = [
     "ActionKind",
     "abbreviate",
     "describe_action",
+    "error_signature",
+    "is_generic_error",
     "normalize_error",
     "params_text",
     "sequence_similarity",

@@ -2,8 +2,9 @@
 
 Tracks the current failure streak (start index, length, a capped counter of
 signatures).  Fires when the streak reaches ``min_consecutive``; the key is the
-streak's start, so a new streak after a success is a new cascade.  A dominant
-signature (share >= 0.5) marks a systemic cause and raises confidence.
+streak's start, so a new streak after a success is a new cascade.  A dominant,
+informative signature (share >= 0.5, not just "returncode 1") marks a systemic
+cause and raises confidence.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Any
 
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ErrorCascade
+from streams.core.similarity import is_generic_error
 
 _MAX_SIGS = 16
 
@@ -93,7 +95,11 @@ class ErrorCascadeLogic:
             return None
         dominant, top = max(self._sigs.items(), key=lambda kv: (kv[1], kv[0]))
         share = top / self._len
-        conf = 0.45 + 0.08 * (self._len - self._min) + (0.25 * share if share >= 0.5 else 0.0)
+        conf = (
+            0.45
+            + 0.08 * (self._len - self._min)
+            + (0.25 * share if share >= 0.5 and not is_generic_error(dominant) else 0.0)
+        )
         return ErrorCascade(
             confidence=min(0.95, conf),
             evidence=(

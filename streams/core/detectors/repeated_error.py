@@ -5,6 +5,12 @@ successes) and a counter over it, so each call is O(1).  Signatures come from
 :func:`streams.core.similarity.normalize_error` (computed once per record).
 The pattern stays active while its signature still has ``min_count`` failures
 in the window; the most recent qualifying signature wins.
+
+Confidence follows the spec's "same or similar tool invocations": failures of
+the same invocation (same coarse action key) score highest, the same verb less,
+unrelated calls least.  A *generic* signature (only "returncode 1", no text)
+counts only when the invocations are the same: different greps each finding
+nothing are exploration, not a repeated error.
 """
 
 from __future__ import annotations
@@ -15,11 +21,12 @@ from typing import Any
 
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, RepeatedError, ToolCallRecord
+from streams.core.similarity import is_generic_error
 
 
 @dataclass(frozen=True, slots=True)
 class RepeatedErrorSnapshot:
-    ring: tuple[tuple[str | None, str, str], ...]
+    ring: tuple[tuple[str | None, str, str, str, str], ...]
     current: str | None
 
 
@@ -62,8 +69,8 @@ class RepeatedErrorLogic:
         return "repeated_error"
 
     def reset(self) -> None:
-        # (signature or None, tool name, citation)
-        self._ring: deque[tuple[str | None, str, str]] = deque()
+        # (signature or None, tool name, citation, coarse key, verb)
+        self._ring: deque[tuple[str | None, str, str, str, str]] = deque()
         self._counts: dict[str, int] = {}
         self._current: str | None = None
 
@@ -76,7 +83,7 @@ class RepeatedErrorLogic:
             self._push(item)
         self._current = snap.current
 
-    def _push(self, item: tuple[str | None, str, str]) -> None:
+    def _push(self, item: tuple[str | None, str, str, str, str]) -> None:
         ring = self._ring
         if len(ring) >= self._window:
             old = ring.popleft()[0]
@@ -96,8 +103,8 @@ class RepeatedErrorLogic:
         if rec is None:
             return None
         sig = None if rec.success else (rec.error_signature or "")
-        self._push((sig, rec.tool_name, rec.cite()))
-        if sig is not None and sig and self._counts[sig] >= self._min:
+        self._push((sig, rec.tool_name, rec.cite(), rec.coarse_key, rec.verb))
+        if sig and self._counts[sig] >= self._min:
             self._current = sig
         elif self._current is not None and self._counts.get(self._current, 0) < self._min:
             self._current = None
@@ -105,14 +112,24 @@ class RepeatedErrorLogic:
             return None
         return self._pattern(self._current, rec)
 
-    def _pattern(self, sig: str, rec: ToolCallRecord) -> RepeatedError:
-        hits = [(tool, cite) for s, tool, cite in self._ring if s == sig]
+    def _pattern(self, sig: str, rec: ToolCallRecord) -> RepeatedError | None:
+        hits = [item for item in self._ring if item[0] == sig]
         count = len(hits)
-        tools = {t for t, _ in hits}
-        conf = 0.6 + 0.15 * (count - self._min) + (0.05 if len(tools) == 1 else 0.0)
+        extra = count - self._min
+        if len({h[3] for h in hits}) == 1:
+            conf = 0.6 + 0.15 * extra
+            how = "same invocation"
+        elif is_generic_error(sig):
+            return None
+        elif len({h[4] for h in hits}) == 1:
+            conf = 0.5 + 0.1 * extra
+            how = "same tool"
+        else:
+            conf = 0.4 + 0.1 * extra
+            how = "different calls"
         evidence = (
-            *tuple(c for _, c in hits[-3:]),
-            f"error {sig!r} {count}x in the last {self._window} calls",
+            *tuple(h[2] for h in hits[-3:]),
+            f"error {sig!r} {count}x in the last {self._window} calls ({how})",
         )
         return RepeatedError(
             confidence=min(0.95, conf),
@@ -121,7 +138,7 @@ class RepeatedErrorLogic:
             call_index=rec.call_index,
             error_signature=sig,
             count=count,
-            tool_name=hits[-1][0],
+            tool_name=hits[-1][1],
         )
 
 

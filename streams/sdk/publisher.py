@@ -215,6 +215,11 @@ class Publisher:
                     f"creating topic {topic!r} on {self.settings.bootstrap} failed: {exc} "
                     "(is the broker reachable? may this client create topics?)"
                 ) from exc
+        except TimeoutError as exc:
+            raise DeliveryError(
+                f"creating topic {topic!r} on {self.settings.bootstrap} timed out after "
+                f"{self._admin_timeout_s} s (is the broker reachable?)"
+            ) from exc
         with self._lock:
             self._topics.add(topic)
 

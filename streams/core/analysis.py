@@ -335,6 +335,8 @@ class TrajectoryBuilder:
         self._pending: PendingCall | None = None
         self._suggestions: dict[str, int] = {}
         self._active: dict[str, TrajectoryPattern] = {}
+        # newer details of an active pattern (same key) not yet merged into _active
+        self._latest: dict[str, TrajectoryPattern] = {}
         self._fired: dict[tuple[str, str], int] = {}
         self._recent_ids: deque[str] = deque(maxlen=_RECENT_IDS)
         self._agent_errors = 0
@@ -513,18 +515,16 @@ class TrajectoryBuilder:
             if pattern is None:
                 if prev is not None:
                     del active[name]
+                    self._latest.pop(name, None)
                 continue
             if (
                 prev is not None
                 and prev.pattern_type == pattern.pattern_type
                 and prev.key == pattern.key
             ):
-                active[name] = replace(
-                    pattern,
-                    first_seen_ms=prev.first_seen_ms,
-                    occurrences=prev.occurrences,
-                    call_index=prev.call_index,
-                )
+                # Still the same instance: keep the firing's identity, refresh the
+                # details lazily (materialized in patterns()/build()/snapshot()).
+                self._latest[name] = pattern
                 continue
             fkey = (pattern.pattern_type, pattern.key)
             count = self._fired.pop(fkey, 0) + 1
@@ -538,6 +538,7 @@ class TrajectoryBuilder:
                 call_index=record.call_index,
             )
             active[name] = pattern
+            self._latest.pop(name, None)
             fired.append(pattern)
         return tuple(fired)
 
@@ -593,8 +594,22 @@ class TrajectoryBuilder:
     def suggested_tools(self) -> Mapping[str, int]:
         return self._suggestions
 
+    def _merged_active(self) -> dict[str, TrajectoryPattern]:
+        """Active patterns with their latest details merged in (and cached)."""
+        if self._latest:
+            for name, newer in self._latest.items():
+                prev = self._active[name]
+                self._active[name] = replace(
+                    newer,
+                    first_seen_ms=prev.first_seen_ms,
+                    occurrences=prev.occurrences,
+                    call_index=prev.call_index,
+                )
+            self._latest.clear()
+        return self._active
+
     def patterns(self) -> dict[str, TrajectoryPattern]:
-        return {p.pattern_type: p for p in self._active.values()}
+        return {p.pattern_type: p for p in self._merged_active().values()}
 
     def has_pattern(self, pattern_type: str) -> bool:
         return any(p.pattern_type == pattern_type for p in self._active.values())
@@ -612,7 +627,7 @@ class TrajectoryBuilder:
             calls=tuple(self._window),
             tool_counts=dict(self._tool_counts),
             error_counts=dict(self._error_counts),
-            active_patterns=tuple(self._active.values()),
+            active_patterns=tuple(self._merged_active().values()),
             task=self._task,
             suggestions=dict(self._suggestions),
             agent_error_count=self._agent_errors,
@@ -638,7 +653,7 @@ class TrajectoryBuilder:
             task=self._task,
             pending=self._pending,
             suggestions=tuple(self._suggestions.items()),
-            active=tuple(self._active.items()),
+            active=tuple(self._merged_active().items()),
             fired=tuple((t, k, c) for (t, k), c in self._fired.items()),
             recent_call_ids=tuple(self._recent_ids),
             agent_error_count=self._agent_errors,

@@ -180,8 +180,8 @@ _EXEC_VERBS: Final = frozenset(
 
 def abbreviate(text: str, limit: int = SUMMARY_LIMIT) -> str:
     """Whitespace-collapsed ``text`` cut to ``limit`` characters (``…`` marks a cut)."""
-    flat = _WS.sub(" ", text).strip()
-    if len(flat) <= limit:
+    flat = " ".join(text[: limit * 8].split())
+    if len(flat) <= limit and len(text) <= limit * 8:
         return flat
     return flat[: max(0, limit - 1)] + "…"
 
@@ -368,7 +368,7 @@ def _classify(verb: str, words: list[str], text: str) -> ActionKind:
 def describe_action(tool_name: str, params: JsonValue) -> ActionInfo:
     """Derive the :class:`ActionInfo` of a call (pure, deterministic)."""
     text = params_text(params)
-    norm = _WS.sub(" ", text).strip()
+    norm = " ".join(text.split())
     digest = hashlib.blake2b(norm.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     exact_key = f"{tool_name}:{digest}"
     coarse_key = f"{tool_name}:{_DIGITS.sub('#', norm[:60])}"

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from streams.core.errors import ConfigError
-from streams.core.patterns import AnalysisView, Drift
+from streams.core.patterns import AnalysisView, Drift, ToolCallRecord
 
 
 @dataclass(frozen=True, slots=True)
 class DriftSnapshot:
     scope: tuple[str, ...]
-    ring: tuple[tuple[str, bool, str], ...]
+    ring: tuple[tuple[str, bool, ToolCallRecord], ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,6 +46,7 @@ class DriftDetector:
         logic = DriftLogic(self)
         if snapshot is not None:
             logic.scope = list(snapshot.scope)
+            logic.prefixes = sorted({_dir_prefix(s, logic.cfg.prefix_depth) for s in logic.scope})
             logic.ring.extend(snapshot.ring)
             logic.out = sum(1 for _, ins, _ in logic.ring if not ins)
         return logic
@@ -57,12 +58,13 @@ def _dir_prefix(path: str, depth: int) -> str:
 
 
 class DriftLogic:
-    __slots__ = ("cfg", "out", "ring", "scope")
+    __slots__ = ("cfg", "out", "prefixes", "ring", "scope")
 
     def __init__(self, cfg: DriftDetector) -> None:
         self.cfg = cfg
         self.scope: list[str] = []
-        self.ring: deque[tuple[str, bool, str]] = deque()
+        self.prefixes: list[str] = []
+        self.ring: deque[tuple[str, bool, ToolCallRecord]] = deque()
         self.out = 0
 
     @property
@@ -71,6 +73,7 @@ class DriftLogic:
 
     def reset(self) -> None:
         self.scope = []
+        self.prefixes = []
         self.ring.clear()
         self.out = 0
 
@@ -83,8 +86,7 @@ class DriftLogic:
         name = path.rsplit("/", 1)[-1]
         if task and name and name in task:
             return True
-        for s in self.scope:
-            sp = _dir_prefix(s, depth)
+        for sp in self.prefixes:
             if sp == prefix or (sp and prefix.startswith(sp)) or (prefix and sp.startswith(prefix)):
                 return True
         return False
@@ -97,12 +99,13 @@ class DriftLogic:
         if len(self.scope) < self.cfg.scope_paths:
             if path not in self.scope:
                 self.scope.append(path)
+                self.prefixes = sorted({_dir_prefix(s, self.cfg.prefix_depth) for s in self.scope})
             return None
         ins = self._in_scope(path, analysis.task)
         ring = self.ring
         if len(ring) >= self.cfg.recent and not ring.popleft()[1]:
             self.out -= 1
-        ring.append((path, ins, rec.cite()))
+        ring.append((path, ins, rec))
         if not ins:
             self.out += 1
         return self._current(analysis)
@@ -122,7 +125,7 @@ class DriftLogic:
         return Drift(
             confidence=min(0.7, conf),
             evidence=(
-                *[c for _, ins, c in ring if not ins][-3:],
+                *[r.cite() for _, ins, r in ring if not ins][-3:],
                 f"{self.out}/{len(ring)} recent paths outside the initial scope",
             ),
             first_seen_ms=rec.timestamp_ms,

@@ -14,6 +14,7 @@ State is O(1) per call plus a capped set of seen paths (``max_paths``).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
@@ -60,7 +61,7 @@ class ProgressStallSnapshot:
     last_progress_ms: int | None
     fail_start_index: int
     fail_start_ms: int
-    cites: tuple[str, ...]
+    recent: tuple[ToolCallRecord, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +122,6 @@ def is_progress(rec: ToolCallRecord, indicators: frozenset[str], new_path: bool)
 
 class ProgressStallLogic:
     __slots__ = (
-        "_cites",
         "_fail_ms",
         "_fail_start",
         "_ind",
@@ -130,6 +130,7 @@ class ProgressStallLogic:
         "_m",
         "_max_paths",
         "_n",
+        "_recent",
         "_seen",
     )
 
@@ -150,7 +151,7 @@ class ProgressStallLogic:
         self._last_ms: int | None = None
         self._fail_start = 0
         self._fail_ms = 0
-        self._cites: list[str] = []
+        self._recent: deque[ToolCallRecord] = deque(maxlen=3)
 
     def snapshot(self) -> ProgressStallSnapshot:
         return ProgressStallSnapshot(
@@ -159,7 +160,7 @@ class ProgressStallLogic:
             self._last_ms,
             self._fail_start,
             self._fail_ms,
-            tuple(self._cites),
+            tuple(self._recent),
         )
 
     def restore(self, snap: ProgressStallSnapshot) -> None:
@@ -168,7 +169,7 @@ class ProgressStallLogic:
         self._last_ms = snap.last_progress_ms
         self._fail_start = snap.fail_start_index
         self._fail_ms = snap.fail_start_ms
-        self._cites = list(snap.cites)
+        self._recent = deque(snap.recent, maxlen=3)
 
     def detect(self, analysis: AnalysisView) -> ProgressStall | None:
         rec = analysis.last_call
@@ -189,9 +190,7 @@ class ProgressStallLogic:
         elif self._fail_start == 0:
             self._fail_start = rec.call_index
             self._fail_ms = rec.timestamp_ms
-        self._cites.append(rec.cite())
-        if len(self._cites) > 3:
-            del self._cites[0]
+        self._recent.append(rec)
         if is_progress(rec, self._ind, new_path):
             self._last_idx = rec.call_index
             self._last_ms = rec.timestamp_ms
@@ -201,7 +200,10 @@ class ProgressStallLogic:
             conf = min(0.9, 0.55 + 0.07 * (fails - self._n))
             return ProgressStall(
                 confidence=conf,
-                evidence=(*self._cites, f"no successful call in {fails} attempts"),
+                evidence=(
+                    *(r.cite() for r in self._recent),
+                    f"no successful call in {fails} attempts",
+                ),
                 first_seen_ms=rec.timestamp_ms,
                 call_index=rec.call_index,
                 stall_duration=timedelta(milliseconds=rec.timestamp_ms - self._fail_ms),
@@ -215,7 +217,7 @@ class ProgressStallLogic:
             return ProgressStall(
                 confidence=conf,
                 evidence=(
-                    *self._cites,
+                    *(r.cite() for r in self._recent),
                     f"no progress indicator ({', '.join(sorted(self._ind))}) in {idle} calls",
                 ),
                 first_seen_ms=rec.timestamp_ms,

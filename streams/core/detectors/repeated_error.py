@@ -26,7 +26,7 @@ from streams.core.similarity import is_generic_error
 
 @dataclass(frozen=True, slots=True)
 class RepeatedErrorSnapshot:
-    ring: tuple[tuple[str | None, str, str, str, str], ...]
+    ring: tuple[tuple[str | None, ToolCallRecord], ...]
     current: str | None
 
 
@@ -69,8 +69,8 @@ class RepeatedErrorLogic:
         return "repeated_error"
 
     def reset(self) -> None:
-        # (signature or None, tool name, citation, coarse key, verb)
-        self._ring: deque[tuple[str | None, str, str, str, str]] = deque()
+        # (signature or None, record)
+        self._ring: deque[tuple[str | None, ToolCallRecord]] = deque()
         self._counts: dict[str, int] = {}
         self._current: str | None = None
 
@@ -83,7 +83,7 @@ class RepeatedErrorLogic:
             self._push(item)
         self._current = snap.current
 
-    def _push(self, item: tuple[str | None, str, str, str, str]) -> None:
+    def _push(self, item: tuple[str | None, ToolCallRecord]) -> None:
         ring = self._ring
         if len(ring) >= self._window:
             old = ring.popleft()[0]
@@ -103,7 +103,7 @@ class RepeatedErrorLogic:
         if rec is None:
             return None
         sig = None if rec.success else (rec.error_signature or "")
-        self._push((sig, rec.tool_name, rec.cite(), rec.coarse_key, rec.verb))
+        self._push((sig, rec))
         if sig and self._counts[sig] >= self._min:
             self._current = sig
         elif self._current is not None and self._counts.get(self._current, 0) < self._min:
@@ -113,22 +113,22 @@ class RepeatedErrorLogic:
         return self._pattern(self._current, rec)
 
     def _pattern(self, sig: str, rec: ToolCallRecord) -> RepeatedError | None:
-        hits = [item for item in self._ring if item[0] == sig]
+        hits = [r for s, r in self._ring if s == sig]
         count = len(hits)
         extra = count - self._min
-        if len({h[3] for h in hits}) == 1:
+        if len({h.coarse_key for h in hits}) == 1:
             conf = 0.6 + 0.15 * extra
             how = "same invocation"
         elif is_generic_error(sig):
             return None
-        elif len({h[4] for h in hits}) == 1:
+        elif len({h.verb for h in hits}) == 1:
             conf = 0.5 + 0.1 * extra
             how = "same tool"
         else:
             conf = 0.4 + 0.1 * extra
             how = "different calls"
         evidence = (
-            *tuple(h[2] for h in hits[-3:]),
+            *(h.cite() for h in hits[-3:]),
             f"error {sig!r} {count}x in the last {self._window} calls ({how})",
         )
         return RepeatedError(
@@ -138,7 +138,7 @@ class RepeatedErrorLogic:
             call_index=rec.call_index,
             error_signature=sig,
             count=count,
-            tool_name=hits[-1][1],
+            tool_name=hits[-1].tool_name,
         )
 
 

@@ -28,7 +28,7 @@ class ThrashingSnapshot:
     ring: tuple[str | None, ...]
     alt_len: int
     last: ToolCallRecord | None
-    cites: tuple[str, ...]
+    recent: tuple[ToolCallRecord, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,12 +58,12 @@ class ThrashingDetector:
                 logic.push(verb)
             logic.alt_len = snapshot.alt_len
             logic.last = snapshot.last
-            logic.cites.extend(snapshot.cites)
+            logic.recent.extend(snapshot.recent)
         return logic
 
 
 class ThrashingLogic:
-    __slots__ = ("alt_len", "alt_need", "cites", "counts", "last", "ring", "same_count", "window")
+    __slots__ = ("alt_len", "alt_need", "counts", "last", "recent", "ring", "same_count", "window")
 
     def __init__(self, same_count: int, window: int, alt_need: int) -> None:
         self.same_count = same_count
@@ -73,7 +73,7 @@ class ThrashingLogic:
         self.counts: dict[str, int] = {}
         self.alt_len = 0
         self.last: ToolCallRecord | None = None
-        self.cites: deque[str] = deque(maxlen=4)
+        self.recent: deque[ToolCallRecord] = deque(maxlen=4)
 
     @property
     def name(self) -> str:
@@ -84,10 +84,10 @@ class ThrashingLogic:
         self.counts.clear()
         self.alt_len = 0
         self.last = None
-        self.cites.clear()
+        self.recent.clear()
 
     def snapshot(self) -> ThrashingSnapshot:
-        return ThrashingSnapshot(tuple(self.ring), self.alt_len, self.last, tuple(self.cites))
+        return ThrashingSnapshot(tuple(self.ring), self.alt_len, self.last, tuple(self.recent))
 
     def push(self, verb: str | None) -> None:
         ring = self.ring
@@ -109,7 +109,7 @@ class ThrashingLogic:
             return None
         verb = rec.verb if rec.kind in _ACTING else None
         self.push(verb)
-        self.cites.append(rec.cite())
+        self.recent.append(rec)
         last = self.last
         if (
             last is not None
@@ -127,7 +127,10 @@ class ThrashingLogic:
             subject = rec.resource or rec.verb
             return Thrashing(
                 confidence=conf,
-                evidence=(*self.cites, f"{self.alt_len} calls alternating read/write on {subject}"),
+                evidence=(
+                    *(r.cite() for r in self.recent),
+                    f"{self.alt_len} calls alternating read/write on {subject}",
+                ),
                 first_seen_ms=rec.timestamp_ms,
                 call_index=rec.call_index,
                 mode="alternation",
@@ -140,7 +143,10 @@ class ThrashingLogic:
                 conf = min(0.7, 0.3 + 0.1 * (n - self.same_count))
                 return Thrashing(
                     confidence=conf,
-                    evidence=(*self.cites, f"{verb!r} {n}x in the last {len(self.ring)} calls"),
+                    evidence=(
+                        *(r.cite() for r in self.recent),
+                        f"{verb!r} {n}x in the last {len(self.ring)} calls",
+                    ),
                     first_seen_ms=rec.timestamp_ms,
                     call_index=rec.call_index,
                     mode="same_tool",

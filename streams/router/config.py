@@ -46,6 +46,10 @@ class RouterConfig:
     #: Kafka transaction timeout; a crashed router's open transaction is aborted
     #: by the broker after this, or at once when the same transactional id restarts.
     transaction_timeout_ms: int = 60_000
+    #: Consumer group session timeout: how long a *vanished* instance keeps its
+    #: partitions before other instances take over.  A restart with the same
+    #: transactional id does not wait for it (static membership).
+    session_timeout_ms: int = 10_000
 
     def __post_init__(self) -> None:
         for name in (
@@ -54,6 +58,7 @@ class RouterConfig:
             "metadata_refresh_ms",
             "fetch_wait_max_ms",
             "transaction_timeout_ms",
+            "session_timeout_ms",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

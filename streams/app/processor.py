@@ -13,7 +13,10 @@ Invariants:
 * :meth:`EventProcessor.drop_caches` must be called whenever partitions are
   revoked: after a rebalance the table (recovered from its changelog) is the
   truth, not the cache.
-* An event whose ``seq`` a table value already covers changes nothing in it.
+* An event whose ``seq`` a table value already covers changes nothing in it;
+  its current value is written again (same bytes), because after a crash the
+  local store can be ahead of the changelog and a redelivery is the moment to
+  repair that.
 """
 
 from __future__ import annotations
@@ -97,6 +100,10 @@ class EventProcessor:
             self._sessions[sid] = new_session
             self.applied += 1
         else:
+            # Redelivered (its offset was never committed).  The local store may hold
+            # this event's effect while its changelog write was lost with the crashed
+            # process: re-write the current value so the changelog has it again.
+            self.sessions[sid] = session.encode()
             self.duplicates += 1
 
         budget_written = False
@@ -112,6 +119,9 @@ class EventProcessor:
             if new_budget is not None:
                 self.budgets[sid] = new_budget.encode()
                 self._budgets[sid] = new_budget
+                budget_written = True
+            elif event.seq <= budget.last_seq:
+                self.budgets[sid] = budget.encode()  # redelivery: see the session case
                 budget_written = True
 
         minute_written = False
@@ -130,6 +140,9 @@ class EventProcessor:
             self._minutes[sid] = new_minute or cached
             if new_minute is not None:
                 self.minutes[key] = new_minute.encode()
+                minute_written = True
+            elif event.seq <= cached.last_seq:
+                self.minutes[key] = cached.encode()  # redelivery: see the session case
                 minute_written = True
 
         return ApplyResult(

@@ -1,10 +1,11 @@
-"""Make sure ``<prefix>.events`` exists before Faust subscribes to it.
+"""Make sure ``<prefix>.events`` and ``<prefix>.dlq`` exist before Faust uses them.
 
 Why: Faust only creates topics it owns (changelogs); a source topic created by
 broker auto-creation would get the broker's default partition count, and the
 tables must have exactly as many partitions as the topic they are fed from.
 So the worker creates the topic with ``settings.events_partitions`` when it is
-missing, and otherwise adopts the partition count the topic already has.
+missing, and otherwise adopts the partition count the topic already has.  Faust
+does not create non-internal topics it sends to either, hence the DLQ.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from streams.core.errors import BrokerError
 from streams.settings import Settings
 
 
-def ensure_events_topic(settings: Settings, *, timeout_s: float = 15.0) -> int:
-    """Create ``<prefix>.events`` if missing; return its partition count."""
+def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
+    """Create ``<prefix>.events`` / ``<prefix>.dlq`` if missing; return the events partitions."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -26,18 +27,21 @@ def ensure_events_topic(settings: Settings, *, timeout_s: float = 15.0) -> int:
         raise BrokerError(
             f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"
         ) from exc
-    if name in md.topics and md.topics[name].error is None:
-        return len(md.topics[name].partitions)
-    futures = admin.create_topics(
-        [NewTopic(name, num_partitions=settings.events_partitions, replication_factor=1)]
-    )
-    try:
-        futures[name].result(timeout_s)
-    except KafkaException as exc:
-        if "TOPIC_ALREADY_EXISTS" not in str(exc):
-            raise BrokerError(f"cannot create topic {name!r}: {exc}") from exc
+    wanted = {name: settings.events_partitions, settings.dlq_topic: 1}
+    missing = [
+        NewTopic(t, num_partitions=n, replication_factor=1)
+        for t, n in wanted.items()
+        if t not in md.topics or md.topics[t].error is not None
+    ]
+    if missing:
+        for topic, future in admin.create_topics(missing).items():
+            try:
+                future.result(timeout_s)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise BrokerError(f"cannot create topic {topic!r}: {exc}") from exc
     md = admin.list_topics(topic=name, timeout=timeout_s)
     return len(md.topics[name].partitions)
 
 
-__all__ = ["ensure_events_topic"]
+__all__ = ["ensure_topics"]

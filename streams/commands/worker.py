@@ -62,11 +62,11 @@ def run(args: argparse.Namespace) -> int:
     import faust
 
     from streams.app.faust_app import create_app
-    from streams.app.topics import ensure_events_topic
+    from streams.app.topics import ensure_topics
     from streams.settings import Settings
 
     settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
-    partitions = ensure_events_topic(settings)
+    partitions = ensure_topics(settings)
     worker_app = create_app(
         settings,
         store=args.store,

@@ -54,7 +54,7 @@ import json
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
@@ -187,46 +187,55 @@ class Publisher:
     # -- topics ------------------------------------------------------------
     def ensure_session_topic(self, session_id: str) -> str:
         """Create the session's topic (1 partition, configured retention) if needed."""
-        topic = self.settings.session_topic(session_id)
-        self._ensure_topic(
-            topic,
-            {
-                "retention.ms": str(self.settings.session_retention_ms),
-                "max.message.bytes": str(self.settings.max_message_bytes + RECORD_OVERHEAD),
-            },
-        )
-        return topic
+        return self.ensure_session_topics([session_id])[0]
 
-    def _ensure_topic(self, topic: str, config: dict[str, str]) -> None:
+    def ensure_session_topics(self, session_ids: Iterable[str]) -> list[str]:
+        """Create many session topics in one admin request (replaying many sessions)."""
+        topics = [self.settings.session_topic(sid) for sid in session_ids]
+        config = {
+            "retention.ms": str(self.settings.session_retention_ms),
+            "max.message.bytes": str(self.settings.max_message_bytes + RECORD_OVERHEAD),
+        }
+        self._ensure_topics({t: config for t in topics})
+        return topics
+
+    def _ensure_topics(self, wanted: Mapping[str, Mapping[str, str]]) -> None:
         with self._lock:
-            if topic in self._topics:
-                return
+            missing = {t: dict(c) for t, c in wanted.items() if t not in self._topics}
+        if not missing:
+            return
         futures = self._admin.create_topics(
-            [NewTopic(topic, num_partitions=1, replication_factor=-1, config=config)],
+            [
+                NewTopic(t, num_partitions=1, replication_factor=-1, config=c)
+                for t, c in missing.items()
+            ],
             operation_timeout=self._admin_timeout_s,
             request_timeout=self._admin_timeout_s,
         )
-        try:
-            futures[topic].result(timeout=self._admin_timeout_s)
-        except KafkaException as exc:
-            err = exc.args[0] if exc.args else None
-            if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
+        for topic, future in futures.items():
+            try:
+                future.result(timeout=self._admin_timeout_s)
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                if not (
+                    isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
+                ):
+                    raise DeliveryError(
+                        f"creating topic {topic!r} on {self.settings.bootstrap} failed: {exc} "
+                        "(is the broker reachable? may this client create topics?)"
+                    ) from exc
+            except TimeoutError as exc:
                 raise DeliveryError(
-                    f"creating topic {topic!r} on {self.settings.bootstrap} failed: {exc} "
-                    "(is the broker reachable? may this client create topics?)"
+                    f"creating topic {topic!r} on {self.settings.bootstrap} timed out after "
+                    f"{self._admin_timeout_s} s (is the broker reachable?)"
                 ) from exc
-        except TimeoutError as exc:
-            raise DeliveryError(
-                f"creating topic {topic!r} on {self.settings.bootstrap} timed out after "
-                f"{self._admin_timeout_s} s (is the broker reachable?)"
-            ) from exc
-        with self._lock:
-            self._topics.add(topic)
+            with self._lock:
+                self._topics.add(topic)
 
     def announce(self, session_id: str, topic: str, info: Mapping[str, JsonValue]) -> None:
         """Tell routers that ``topic`` exists (key = session id, JSON value)."""
         control = self.settings.control_topic
-        self._ensure_topic(control, {"cleanup.policy": "compact"})
+        self._ensure_topics({control: {"cleanup.policy": "compact"}})
         value = json.dumps(
             {"topic": topic, "session_id": session_id, **info},
             ensure_ascii=False,

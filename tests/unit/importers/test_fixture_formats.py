@@ -356,3 +356,120 @@ def test_sanitize_session_id(raw: str, expected: str | None) -> None:
         assert len(out) == 200
         assert out == sanitize_session_id(raw)  # deterministic
         assert out != sanitize_session_id("a" * 251)  # distinct long ids stay distinct
+
+
+def _span(trace: str, span: str, start_s: int, attrs: dict[str, object]) -> dict[str, object]:
+    def value(v: object) -> dict[str, object]:
+        if isinstance(v, bool):
+            return {"boolValue": v}
+        if isinstance(v, int):
+            return {"intValue": str(v)}
+        return {"stringValue": v}
+
+    return {
+        "traceId": trace,
+        "spanId": span,
+        "name": "span",
+        "startTimeUnixNano": str(start_s * 1_000_000_000),
+        "endTimeUnixNano": start_s * 1_000_000_000 + 5_000_000,
+        "attributes": [{"key": k, "value": value(v)} for k, v in attrs.items()],
+    }
+
+
+def test_otlp_json_lines_sessions_by_conversation_or_trace(tmp_path: Path) -> None:
+    import json
+
+    doc1 = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            _span(
+                                "t1",
+                                "a",
+                                20,
+                                {
+                                    "gen_ai.operation.name": "execute_tool",
+                                    "gen_ai.tool.name": "grep",
+                                    "gen_ai.conversation.id": "conv-1",
+                                },
+                            ),
+                            _span(
+                                "t1",
+                                "b",
+                                10,
+                                {
+                                    "gen_ai.operation.name": "chat",
+                                    "gen_ai.conversation.id": "conv-1",
+                                    "gen_ai.usage.input_tokens": 7,
+                                },
+                            ),
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    doc2 = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {
+                        "spans": [
+                            _span(
+                                "t2",
+                                "c",
+                                30,
+                                {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "ls"},
+                            ),
+                            _span("t2", "d", 31, {"http.method": "GET"}),
+                        ]
+                    }
+                ]
+            }
+        ]
+    }
+    path = tmp_path / "spans.jsonl"
+    path.write_text(json.dumps(doc1) + "\n" + json.dumps(doc2) + "\n")
+    assert detect_format(path) == "otlp"
+    events = list(read_events(path))
+    check_invariants(events)
+    by_sid: dict[str, list[str]] = {}
+    for e in events:
+        by_sid.setdefault(e.session_id, []).append(e.type)
+    # spans are ordered by start time, not file order; non-GenAI spans give no event
+    assert by_sid == {
+        "conv-1": ["session_start", "model_step", "tool_call", "tool_result", "session_end"],
+        "t2": ["session_start", "tool_call", "tool_result", "session_end"],
+    }
+    step = next(e for e in events if e.type == "model_step")
+    assert (step.timestamp_ms, step.input_tokens) == (10_000, 7)
+    result = next(e for e in events if e.type == "tool_result" and e.session_id == "conv-1")
+    assert (result.call_id, result.timestamp_ms, result.is_error) == ("a", 20_005, False)
+
+
+def test_otlp_tool_span_without_name_is_rejected(tmp_path: Path) -> None:
+    import json
+
+    doc = {
+        "resourceSpans": [
+            {
+                "scopeSpans": [
+                    {"spans": [_span("t", "s", 1, {"gen_ai.operation.name": "execute_tool"})]}
+                ]
+            }
+        ]
+    }
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ImportFormatError, match=r"spans\[0\]\.attributes: execute_tool span"):
+        list(read_events(path))
+
+
+def test_openhands_single_run_document(tmp_path: Path) -> None:
+    line = (FIX / "openhands_small.jsonl").read_text().splitlines()[0]
+    path = tmp_path / "one.json"
+    path.write_text(line)
+    assert detect_format(path) == "openhands"
+    assert {e.session_id for e in read_events(path)} == {"org__repo-1"}

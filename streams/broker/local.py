@@ -207,6 +207,8 @@ class LocalBroker:
             return self._wait_ready(timeout_s, current.pid)
         if current.condition == "stale":
             remove_state(self.config.state_path)
+            # a just-killed JVM's leader thread is a zombie before its sockets close
+            self._wait_ports_free(10.0)
         self._check_ports()
         self._spawn(console=False)
         return self._wait_ready(timeout_s, self._proc.pid if self._proc else None)
@@ -235,6 +237,7 @@ class LocalBroker:
             )
         if current.condition == "stale":
             remove_state(self.config.state_path)
+            self._wait_ports_free(10.0)
         self._check_ports()
         self._spawn(console=True)
         assert self._proc is not None
@@ -420,6 +423,21 @@ class LocalBroker:
         else:
             raise BrokerError(f"pid {pid} survived SIGTERM and SIGKILL; stop it by hand")
         self._reap()
+        self._wait_ports_free(10.0)
+
+    def _wait_ports_free(self, timeout_s: float) -> None:
+        """Best effort: the ports close a moment after the pid stops being alive.
+
+        (A multi-threaded process's leader shows as a zombie while its other threads
+        are still exiting and holding the sockets.)  ``_check_ports`` reports what
+        is still held after this.
+        """
+        cfg = self.config
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline and (
+            port_in_use(cfg.host, cfg.port) or port_in_use(cfg.host, cfg.controller_port)
+        ):
+            time.sleep(0.1)
 
     def _reap(self) -> None:
         if self._proc is not None and self._proc.poll() is not None:

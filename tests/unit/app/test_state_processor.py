@@ -1,0 +1,159 @@
+"""Pure parts of the worker: table values and the exactly-once processor (dict tables)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from streams.app.processor import EventProcessor
+from streams.app.state import (
+    RECENT_LIMIT,
+    BudgetState,
+    MinuteCounts,
+    SessionCounters,
+    minute_key,
+)
+from streams.core.errors import StateDecodeError
+from streams.core.events import Budget, TraceEvent
+
+T0 = 1_767_225_600_000
+
+
+def ev(seq: int, type_: str = "tool_call", ts: int | None = None, **kw: object) -> TraceEvent:
+    return TraceEvent(type_, "s1", seq, T0 + seq * 1000 if ts is None else ts, **kw)  # type: ignore[arg-type]
+
+
+def tables() -> tuple[dict[str, bytes], dict[str, bytes], dict[str, bytes], EventProcessor]:
+    s: dict[str, bytes] = {}
+    b: dict[str, bytes] = {}
+    m: dict[str, bytes] = {}
+    return s, b, m, EventProcessor(s, b, m)
+
+
+def test_counters_count_and_skip_old_seq() -> None:
+    c = SessionCounters("s1")
+    c1 = c.apply(ev(0, "tool_call", call_id="a", tool_name="read"))
+    assert c1 is not None and c1.events == 1 and c1.tool_calls == 1 and c1.last_seq == 0
+    c2 = c1.apply(ev(1, "tool_result", call_id="a", is_error=True, error_message="boom"))
+    assert c2 is not None and c2.errors == 1 and c2.tool_results == 1
+    assert c2.apply(ev(1, "tool_call")) is None
+    assert c2.apply(ev(0, "tool_call")) is None
+    c3 = c2.apply(ev(5, "model_step", input_tokens=7, output_tokens=3))
+    assert c3 is not None and c3.seq_gaps == 1 and c3.input_tokens == 7 and c3.output_tokens == 3
+    assert c3.first_event_ms == T0 and c3.last_event_ms == T0 + 5000
+
+
+def test_recent_window_is_bounded() -> None:
+    c: SessionCounters | None = SessionCounters("s1")
+    for i in range(RECENT_LIMIT + 7):
+        assert c is not None
+        c = c.apply(ev(i))
+    assert c is not None
+    assert len(c.recent) == RECENT_LIMIT
+    assert c.recent[0]["seq"] == 7 and c.recent[-1]["seq"] == RECENT_LIMIT + 6
+
+
+def test_encode_is_canonical_and_round_trips() -> None:
+    c = SessionCounters("s1").apply(ev(0, "tool_call", input={"b": 1, "a": [1, 2]}))
+    assert c is not None
+    data = c.encode()
+    assert SessionCounters.decode(data) == c
+    assert SessionCounters.decode(data).encode() == data
+    b = BudgetState("s1").apply(ev(0, "budget", budget=Budget(max_tokens=10)))
+    assert b is not None and BudgetState.decode(b.encode()) == b
+    m = MinuteCounts("s1", T0).apply(ev(0))
+    assert m is not None and MinuteCounts.decode(m.encode()) == m
+
+
+@pytest.mark.parametrize(
+    ("data", "fragment"),
+    [
+        (b"\xff", "not canonical JSON"),
+        (b"[]", "expected a JSON object"),
+        (b'{"v":99,"session_id":"s"}', "unknown state version"),
+        (b'{"v":1,"session_id":"s","nope":1}', "fields do not match"),
+    ],
+)
+def test_decode_errors_name_the_problem(data: bytes, fragment: str) -> None:
+    with pytest.raises(StateDecodeError, match=fragment):
+        SessionCounters.decode(data)
+
+
+def test_budget_tokens_used_accumulates_after_report() -> None:
+    b = BudgetState("s1")
+    b1 = b.apply(ev(0, "model_step", input_tokens=50, output_tokens=50))
+    assert b1 is not None and b1.tokens_used == 100 and b1.max_tokens is None
+    b2 = b1.apply(ev(1, "budget", budget=Budget(max_tokens=1000, tokens_used=400)))
+    assert b2 is not None and b2.tokens_used == 400 and b2.max_tokens == 1000
+    b3 = b2.apply(ev(2, "model_step", input_tokens=10, output_tokens=5))
+    assert b3 is not None and b3.tokens_used == 415
+    b4 = b3.apply(ev(3, "budget", budget=Budget(max_tokens=2000)))  # no report: keep counting
+    assert b4 is not None and b4.tokens_used == 415 and b4.max_tokens == 2000
+    assert b4.apply(ev(2, "model_step", input_tokens=10)) is None
+    assert b4.apply(ev(9, "tool_call")) is None
+
+
+def test_processor_applies_once_and_writes_all_tables() -> None:
+    s, b, m, p = tables()
+    events = [
+        ev(0, "budget", budget=Budget(max_tokens=500, tokens_used=0)),
+        ev(1, "tool_call", call_id="c1", tool_name="run"),
+        ev(2, "tool_result", call_id="c1", is_error=True, error_message="x"),
+        ev(3, "model_step", input_tokens=20, output_tokens=5),
+        ev(70, "tool_call", call_id="c2", tool_name="run"),  # next minute
+    ]
+    for e in events + events[1:3]:
+        p.apply(e)
+    assert p.applied == 5 and p.duplicates == 2
+    state = SessionCounters.decode(s["s1"])
+    assert (state.events, state.tool_calls, state.errors, state.last_seq) == (5, 2, 1, 70)
+    assert BudgetState.decode(b["s1"]).tokens_used == 25
+    first = MinuteCounts.decode(m[minute_key("s1", T0)])
+    second = MinuteCounts.decode(m[minute_key("s1", T0 + 70_000)])
+    assert (first.tool_calls, first.errors) == (1, 1)
+    assert (second.tool_calls, second.errors) == (1, 0)
+
+
+def test_processor_reads_table_after_cache_drop() -> None:
+    s, _b, _m, p = tables()
+    p.apply(ev(0))
+    # another owner advanced the table (e.g. recovered from the changelog after a rebalance)
+    newer = SessionCounters.decode(s["s1"]).apply(ev(1))
+    assert newer is not None
+    s["s1"] = newer.encode()
+    p.drop_caches()
+    assert p.apply(ev(1)).applied is False
+    assert p.apply(ev(2)).session.events == 3
+
+
+def test_redelivery_rewrites_current_value() -> None:
+    class Recording(dict[str, bytes]):
+        writes = 0
+
+        def __setitem__(self, key: str, value: bytes) -> None:
+            Recording.writes += 1
+            super().__setitem__(key, value)
+
+    s = Recording()
+    p = EventProcessor(s, {}, {})
+    p.apply(ev(0))
+    before = s["s1"]
+    p.apply(ev(0))
+    assert Recording.writes == 2 and s["s1"] == before
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=30), min_size=1, max_size=80))
+def test_any_redelivery_pattern_equals_unique_application(seqs: list[int]) -> None:
+    """Feed seqs with repeats (monotone redelivery prefix pattern) -> same as unique ones."""
+    delivered = sorted(seqs)  # per-partition order: a replay never goes backwards past commits
+    s, _b, _m, p = tables()
+    for q in delivered:
+        p.apply(ev(q, "tool_call" if q % 2 else "model_step", input_tokens=q))
+    unique = sorted(set(seqs))
+    state = SessionCounters.decode(s["s1"])
+    assert state.events == len(unique)
+    assert state.tool_calls == sum(1 for q in unique if q % 2)
+    assert state.input_tokens == sum(unique)  # every event carried input_tokens=seq
+    assert p.duplicates == len(delivered) - len(unique)

@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
     remaining = {run_.session_id: len(run_.events) for run_ in runs}
     sent = 0
     started_wall = time.monotonic()
-    start_ms = now_ms()
+    start_ms = now_ms()  # both reset once the topics exist (below)
 
     def stamp(ev: TraceEvent, run_: _Run, offset: int) -> TraceEvent:
         """Move the event (and a budget deadline) onto the chosen timeline."""
@@ -198,6 +198,8 @@ def run(args: argparse.Namespace) -> int:
 
     with Publisher(settings) as pub:
         pub.ensure_session_topics(run_.session_id for run_ in runs)  # one admin round trip
+        started_wall = time.monotonic()
+        start_ms = now_ms()
         try:
             for offset, run_, index in schedule(runs):
                 if speed > 0:

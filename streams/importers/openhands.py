@@ -83,6 +83,22 @@ def _usage(entry: Mapping[str, Any]) -> tuple[str | None, int | None, int | None
     )
 
 
+def _params_summary(action: str, params: Mapping[str, Any]) -> str:
+    """What identifies the call: the command run, the file read, the edit made."""
+    if action == "run" and isinstance(params.get("command"), str):
+        return summarize(params["command"])
+    if action == "read" and isinstance(params.get("path"), str):
+        view = params.get("view_range")
+        return summarize(f"{params['path']} {view}" if view else params["path"])
+    if action == "edit":
+        parts = [str(params.get(k)) for k in ("command", "path") if params.get(k)]
+        old = params.get("old_str")
+        if isinstance(old, str) and old:
+            parts.append(f"old_str={old[:60]!r}")
+        return summarize(" ".join(parts))
+    return summarize(params) if params else ""
+
+
 def read_run(run: object, path: Path, line: int) -> Iterator[TraceEvent]:
     where_run = f"line {line}"
     if not sniff_run(run):
@@ -186,11 +202,7 @@ def read_run(run: object, path: Path, line: int) -> Iterator[TraceEvent]:
                 call_id=call_id,
                 tool_name=action,
                 input=json_value(params),
-                params_summary=summarize(
-                    params.get("command") or params.get("path") or params
-                    if action != "edit"
-                    else {k: params.get(k) for k in ("command", "path") if k in params}
-                ),
+                params_summary=_params_summary(action, params),
             )
             continue
         if isinstance(observation, str):

@@ -14,10 +14,11 @@ reserved for strong evidence):
 * ``info`` — weaker evidence (still reported, so the agent can see it).
 
 It is meant to run on every call but only *answers* (``should_run``) when a
-pattern newly fired on this event, or when the severity of the active patterns
-differs from its own previous assessment (escalation, or patterns clearing —
-then it says so once at ``info``).  A healthy session therefore never gets a
-pattern assessment.
+pattern of at least caution severity newly fired on this event, or when the
+severity of the active patterns differs from its own previous assessment
+(escalation, or patterns clearing — then it says so once at ``info``).  A
+healthy session therefore never gets a pattern assessment, and weak (info)
+patterns alone never trigger one.
 """
 
 from __future__ import annotations
@@ -64,7 +65,7 @@ class PatternObserver:
     """Report active trajectory patterns with evidence and per-type advice."""
 
     warning_confidence: float = 0.9
-    caution_confidence: float = 0.5
+    caution_confidence: float = 0.6
     warning_error_count: int = 5
     recent_window: int = 50
 
@@ -116,16 +117,19 @@ class PatternObserver:
         return tuple(by_type.values())
 
     def should_run(self, context: ObserverContext) -> bool:
-        if context.new_patterns:
-            return True
+        """Speak on a newly fired pattern of at least caution severity, or when the
+        active patterns' severity differs from what this observer last said
+        (including "everything cleared").  Weak (info) patterns alone never make
+        it speak; they are included when it speaks for another reason."""
         active = self._active(context)
+        current = max_severity(*(self.pattern_severity(p) for p in active))
         previous = context.history.last_for(self.name)
         if previous is None:
-            return bool(active)
-        current = max_severity(*(self.pattern_severity(p) for p in active))
-        reported = tuple(o.category for o in previous.observations)
+            return current != "info"
         if not active:
-            return bool(reported)  # patterns cleared since we last spoke: say so once
+            return bool(previous.observations)  # patterns cleared since we last spoke: say so once
+        if any(self.pattern_severity(p) != "info" for p in context.new_patterns):
+            return True
         return current != previous.severity
 
     # ----------------------------------------------------------------- observe
@@ -204,11 +208,17 @@ class PatternObserver:
         return f"Pattern {ptype.replace('_', ' ')} seen {p.occurrences} times ({conf})."
 
     @staticmethod
-    def _last_call(recent: Sequence[ToolCallView], names: tuple[str, ...]) -> ToolCallView | None:
-        for call in reversed(recent):
-            if not names or call.tool_name in names:
+    def _last_call(recent: Sequence[ToolCallView], actions: tuple[str, ...]) -> ToolCallView | None:
+        """The most recent call of the cycle, preferring a failed one (the one to stop).
+
+        Cycle actions may be bare tool names or ``tool(params)`` labels.
+        """
+        names = {a.split("(", 1)[0] for a in actions}
+        matching = [c for c in recent if not names or c.tool_name in names]
+        for call in reversed(matching):
+            if not call.success:
                 return call
-        return None
+        return matching[-1] if matching else None
 
     @staticmethod
     def _inspect_tool(recent: Sequence[ToolCallView], exclude: tuple[str, ...]) -> str | None:
@@ -233,8 +243,15 @@ class PatternObserver:
             actions = tuple(getattr(p, "cycle_actions", ()) or ())
             call = self._last_call(recent, actions)
             label = f"`{_call_label(call)}`" if call is not None else "the same calls"
-            out.append((f"Stop repeating {label}; read the last error and change approach.", None))
-            inspect = self._inspect_tool(recent, actions)
+            if call is not None and call.success:
+                text = (
+                    f"Stop repeating {label}; "
+                    "check what the last result told you and change approach."
+                )
+            else:
+                text = f"Stop repeating {label}; read the last error and change approach."
+            out.append((text, None))
+            inspect = self._inspect_tool(recent, tuple(a.split("(", 1)[0] for a in actions))
             if inspect:
                 out.append(
                     (f"Use `{inspect}` to check your assumptions before the next attempt.", inspect)

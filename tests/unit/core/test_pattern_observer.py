@@ -206,3 +206,18 @@ def test_with_real_pattern_classes() -> None:
     a = PatternObserver().observe(ctx(active=(loop,), new=(loop,)))
     assert a.severity == "warning"
     assert a.observations[0].description == "The cycle bash repeated 4 times (confidence 100%)."
+
+
+def test_fuzzy_half_confident_loop_is_info_and_silent() -> None:
+    weak = P("doom_loop", confidence=0.5)
+    obs = PatternObserver()
+    assert obs.pattern_severity(weak) == "info"
+    assert not obs.should_run(ctx(active=(weak,), new=(weak,)))
+
+
+def test_loop_of_successful_calls_is_not_told_to_read_an_error() -> None:
+    calls = (FakeCall(1, "bash", "make", True), FakeCall(2, "bash", "make", True))
+    a = PatternObserver().observe(ctx(active=(DOOM,), calls=calls))
+    assert a.suggestions == (
+        "Stop repeating `bash(make)`; check what the last result told you and change approach.",
+    )

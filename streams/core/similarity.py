@@ -47,7 +47,9 @@ _LINE_COL = re.compile(
     r"(?i)\b(?:line|ln|col|column|row|offset|position|pos)\b\s*[:=]?\s*\d+"
     r"|(?<=[\w)\]>])(?::\d+)+\b|\[\d+(?:,\s*\d+)?\]"
 )
-_ID_WORD = re.compile(r"(?i)\b(?:id|pid|tid|request|req|session|job|port)\b\s*[:=#]?\s*[\w-]+")
+_ID_WORD = re.compile(
+    r"(?i)\b(id|pid|tid|uid|request_id|session_id|job_id|port)\b(?:\s*[:=#]\s*|\s+)([\w-]*\d[\w-]*)"
+)
 _LONG_NUM = re.compile(r"\b\d{4,}\b")
 _WS = re.compile(r"\s+")
 _DIGITS = re.compile(r"\d+")
@@ -201,7 +203,7 @@ def normalize_error(message: str) -> str:
     text = _HEX.sub("<hex>", text)
     text = _PATH.sub(r"\1", text)
     text = _LINE_COL.sub("", text)
-    text = _ID_WORD.sub(lambda m: m.group(0).split()[0].rstrip(":=#") + " <id>", text)
+    text = _ID_WORD.sub(r"\1 <id>", text)
     text = _LONG_NUM.sub("<n>", text)
     text = _WS.sub(" ", text).strip().lower()
     return text[:200]

@@ -8,7 +8,10 @@ Mapping, per step ``{action, observation, thought, response, state}``:
   parameters (``input`` and ``params_summary``) the rest of it;
 * ``observation`` → ``tool_result``, ``is_error`` when the text shows a failure
   (:func:`observation_error`).  A step whose action is empty gets no call; its
-  observation becomes a ``message``.
+  observation becomes a ``message``.  The harness' own exits (``exit_cost``,
+  ``exit_context``, ``exit_format``, ``exit_error``, ``exit_api``: SWE-agent
+  appends them when a limit stops the run) are not the agent's tool calls: they
+  become a ``message`` with ``metadata.harness_exit``.
 
 SWE-agent records no timestamps, so event time is synthetic and deterministic:
 step *i* happens at ``SYNTHETIC_BASE_MS + (i + 1) * 1000`` (its model step and
@@ -71,6 +74,11 @@ ERROR_PATTERNS: tuple[re.Pattern[str], ...] = tuple(
         r"^/bin/(?:ba)?sh: .*(?:unexpected|syntax error)",
         r"EXECUTION TIMED OUT",
     )
+)
+
+#: Pseudo-actions SWE-agent's harness appends when it stops a run.
+HARNESS_EXITS: frozenset[str] = frozenset(
+    {"exit_cost", "exit_context", "exit_format", "exit_error", "exit_api"}
 )
 
 #: SWE-agent's own tools print these on success: a file view (``open``, ``goto``,
@@ -159,6 +167,14 @@ def read(doc: object, path: Path) -> Iterator[TraceEvent]:
             continue
         parts = stripped.split(maxsplit=1)
         tool = parts[0]
+        if tool in HARNESS_EXITS:
+            w.emit(
+                "message",
+                ts + 1,
+                text=observation or tool,
+                metadata={"role": "environment", "harness_exit": tool},
+            )
+            continue
         params = parts[1] if len(parts) > 1 else ""
         call_id = w.unique_call_id(f"step-{i}")
         w.emit(
@@ -207,4 +223,12 @@ def read(doc: object, path: Path) -> Iterator[TraceEvent]:
     yield from w.events
 
 
-__all__ = ["ERROR_PATTERNS", "FORMAT", "SUCCESS_PREFIXES", "observation_error", "read", "sniff"]
+__all__ = [
+    "ERROR_PATTERNS",
+    "FORMAT",
+    "HARNESS_EXITS",
+    "SUCCESS_PREFIXES",
+    "observation_error",
+    "read",
+    "sniff",
+]

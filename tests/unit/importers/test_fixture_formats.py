@@ -98,6 +98,8 @@ def test_swe_agent_mapping() -> None:
         "model_step",
         "tool_call",
         "tool_result",
+        "model_step",
+        "message",
         "budget",
         "session_end",
     ]
@@ -116,7 +118,9 @@ def test_swe_agent_mapping() -> None:
     budget = events[-2].budget
     assert budget is not None and budget.tokens_used == 12345
     end = events[-1].metadata
-    assert end["exit_status"] == "submitted"
+    assert end["exit_status"] == "submitted (exit_cost)"
+    # the harness' exit_cost is not a tool call of the agent
+    assert events[-3].metadata == {"role": "environment", "harness_exit": "exit_cost"}
     assert end["resolved"] == "unknown"
     assert end["api_calls"] == "6"
     assert events[0].metadata["task"] == "ISSUE: NPE in Foo.bar"

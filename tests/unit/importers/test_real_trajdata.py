@@ -73,6 +73,11 @@ def test_swe_agent_all_runs() -> None:
     # failures are common in these runs (missing JDKs, loops) but not the majority
     assert 0.05 < errors / results < 0.6
     assert all(evs[-2].type == "budget" for evs in sessions.values())
+    for evs in sessions.values():
+        # runs the harness stopped on cost carry its exit as a message, not a tool call
+        harness = any(e.metadata.get("harness_exit") == "exit_cost" for e in evs)
+        assert harness == ("exit_cost" in evs[-1].metadata.get("exit_status", ""))
+        assert not any(e.type == "tool_call" and e.tool_name == "exit_cost" for e in evs)
 
 
 def test_mini_swe_agent_all_runs() -> None:

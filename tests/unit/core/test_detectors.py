@@ -56,8 +56,12 @@ class Run:
     def event(self, etype: str, **kw: Any) -> tuple[TrajectoryPattern, ...]:
         self.seq += 1
         ev = TraceEvent(
-            type=etype, session_id="s", seq=self.seq, timestamp_ms=1000 * self.seq, **kw
-        )  # type: ignore[arg-type]
+            type=etype,  # type: ignore[arg-type]
+            session_id="s",
+            seq=self.seq,
+            timestamp_ms=1000 * self.seq,
+            **kw,
+        )
         out = self.builder.on_event(ev)
         self.fired.extend(out)
         return out
@@ -172,7 +176,7 @@ class TestDoomLoop:
         assert [p.occurrences for p in r.fired] == [1, 2]
 
     def test_config_validation(self) -> None:
-        with pytest.raises(ConfigError, match="doom_loop.min_length"):
+        with pytest.raises(ConfigError, match=r"doom_loop\.min_length"):
             TrajectoryBuilder(TrajectoryAnalysisConfig(detectors=(DoomLoopDetector(min_length=9),)))
 
 
@@ -285,7 +289,7 @@ class TestProgressStall:
         assert r.fired_types() == []
 
     def test_indicators_are_configurable(self) -> None:
-        with pytest.raises(ConfigError, match="progress_stall.indicators"):
+        with pytest.raises(ConfigError, match=r"progress_stall\.indicators"):
             TrajectoryBuilder(
                 TrajectoryAnalysisConfig(detectors=(ProgressStallDetector(indicators=("bogus",)),))
             )

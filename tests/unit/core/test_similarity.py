@@ -69,7 +69,10 @@ class TestNormalizeError:
 
 class TestErrorSignature:
     def test_generic_message_takes_output_detail(self) -> None:
-        out = "<returncode>1</returncode>\n<output>\nTraceback (most recent call last):\nValueError: bad\n</output>"
+        out = (
+            "<returncode>1</returncode>\n<output>\n"
+            "Traceback (most recent call last):\nValueError: bad\n</output>"
+        )
         sig = error_signature("returncode 1", out)
         assert sig.startswith("returncode 1: ")
         assert "valueerror: bad" in sig

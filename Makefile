@@ -1,0 +1,77 @@
+# trajectory-streams: developer entry points.  `make help` lists them.
+#
+# Everything installs what it needs: `make test` on a fresh clone pip-installs the
+# project with its test extras, downloads Kafka 3.9.1's jars with mvn (once, into
+# .cache/), and runs unit + integration tests; the integration tests start and
+# stop their own broker on free ports unless KAFKA_BOOTSTRAP names one.
+
+PYTHON ?= python3
+PIP ?= $(PYTHON) -m pip
+PYTEST_TIMEOUT ?= 300
+PYTEST_ARGS ?=
+CACHE ?= .cache
+# Reinstall when pyproject.toml changes or another interpreter is used.
+INSTALL_STAMP := $(CACHE)/install-$(subst /,_,$(shell command -v $(PYTHON) 2>/dev/null || echo $(PYTHON))).stamp
+
+.DEFAULT_GOAL := help
+.PHONY: help install jars broker broker-stop broker-status test unit integration lint format demo bench clean
+
+help:
+	@echo "make install        pip install -e '.[test]' (only when pyproject.toml changed)"
+	@echo "make test           install, fetch Kafka jars, run unit + integration tests"
+	@echo "make unit           unit tests only (no broker)"
+	@echo "make integration    integration tests only (starts its own broker unless KAFKA_BOOTSTRAP)"
+	@echo "make broker         start a local Kafka on 127.0.0.1:9092 (background)"
+	@echo "make broker-stop    stop it; make broker-status: is it running and answering?"
+	@echo "make lint           ruff check + ruff format --check + mypy --strict streams/core"
+	@echo "make demo           install, then python -m streams demo"
+	@echo "make bench          run the benchmark scripts in tests/bench"
+	@echo "variables: PYTHON=$(PYTHON) PYTEST_TIMEOUT=$(PYTEST_TIMEOUT) PYTEST_ARGS='$(PYTEST_ARGS)'"
+
+install: $(INSTALL_STAMP)
+
+$(INSTALL_STAMP): pyproject.toml
+	@mkdir -p $(CACHE)
+	$(PIP) install -q -e '.[test]'
+	@touch $@
+
+jars: install
+	$(PYTHON) -c "from streams.broker import ensure_jars; print('kafka jars:', ensure_jars())"
+
+broker: install
+	$(PYTHON) -m streams broker start
+
+broker-stop:
+	$(PYTHON) -m streams broker stop
+
+broker-status:
+	$(PYTHON) -m streams broker status
+
+test: install jars
+	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
+
+unit: install
+	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m "not integration" $(PYTEST_ARGS)
+
+integration: install jars
+	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m integration $(PYTEST_ARGS)
+
+lint: install
+	$(PYTHON) -m ruff check .
+	$(PYTHON) -m ruff format --check .
+	$(PYTHON) -m mypy --strict streams/core
+
+format: install
+	$(PYTHON) -m ruff format .
+	$(PYTHON) -m ruff check --fix .
+
+demo: install
+	$(PYTHON) -m streams demo
+
+bench: install
+	@set -e; for script in tests/bench/*.py; do \
+		echo "== $$script"; $(PYTHON) $$script; \
+	done
+
+clean:
+	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache $(INSTALL_STAMP)

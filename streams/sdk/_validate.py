@@ -78,8 +78,10 @@ def summarize_params(value: JsonValue) -> str | None:
             found = value.get(key)
             if isinstance(found, str) and found.strip():
                 return _abbreviate(found)
-            if isinstance(found, list) and found and all(isinstance(x, str) for x in found):
-                return _abbreviate(" ".join(found))
+            if isinstance(found, list) and found:
+                words = [x for x in found if isinstance(x, str)]
+                if len(words) == len(found):
+                    return _abbreviate(" ".join(words))
     return _abbreviate(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
 
 

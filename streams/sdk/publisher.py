@@ -59,7 +59,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from streams.core.errors import DeliveryError, InvalidEventError
 from streams.core.events import (
@@ -362,7 +362,7 @@ class Session:
         self._start_metadata = start_metadata
         self._start_ts = start_timestamp_ms
         self._flush_on_exit = flush_on_exit
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered by start()/end() -> _emit
         self._seq = 0
         self._last_ts: int | None = None
         self._calls: dict[str, str] = {}  # call_id -> tool_name, for results
@@ -395,19 +395,20 @@ class Session:
 
     def start(self) -> None:
         """Create the topic, announce it, emit ``session_start`` (idempotent)."""
-        if self._started:
-            return
-        pub = self.publisher
-        pub.ensure_session_topic(self.session_id)
-        ts = self._start_ts
-        info: dict[str, JsonValue] = {
-            "agent_id": self.agent_id,
-            "parent_session_id": self.parent_session_id,
-            "timestamp_ms": ts if ts is not None else now_ms(),
-        }
-        pub.announce(self.session_id, self.topic, info)
-        self._emit("session_start", timestamp_ms=ts, metadata=self._start_metadata)
-        self._started = True
+        with self._lock:
+            if self._started:
+                return
+            pub = self.publisher
+            pub.ensure_session_topic(self.session_id)
+            ts = self._start_ts
+            info: dict[str, JsonValue] = {
+                "agent_id": self.agent_id,
+                "parent_session_id": self.parent_session_id,
+                "timestamp_ms": ts if ts is not None else now_ms(),
+            }
+            pub.announce(self.session_id, self.topic, info)
+            self._emit("session_start", timestamp_ms=ts, metadata=self._start_metadata)
+            self._started = True
 
     def end(
         self,
@@ -417,15 +418,16 @@ class Session:
         timestamp_ms: int | None = None,
     ) -> None:
         """Emit ``session_end`` (and flush unless ``flush_on_exit=False``)."""
-        if self._ended:
-            return
-        self._emit(
-            "session_end",
-            timestamp_ms=timestamp_ms,
-            metadata=as_str_metadata(metadata),
-            error_message=error_message,
-        )
-        self._ended = True
+        with self._lock:
+            if self._ended:
+                return
+            self._emit(
+                "session_end",
+                timestamp_ms=timestamp_ms,
+                metadata=as_str_metadata(metadata),
+                error_message=error_message,
+            )
+            self._ended = True
         if self._flush_on_exit:
             self.publisher.flush()
 
@@ -609,12 +611,8 @@ class Session:
         **fields: Any,
     ) -> TraceEvent:
         pub = self.publisher
-        if self._ended:
-            raise InvalidEventError(
-                "session", f"session {self.session_id!r} has ended; start a new session"
-            )
         if not self._started and etype != "session_start":
-            self.start()
+            self.start()  # locked and idempotent
         meta = dict(metadata or {})
         s = pub.settings
         if s.privacy == "summary":
@@ -629,6 +627,10 @@ class Session:
                 meta[META_OUTPUT_TRUNCATED] = "true"
         explicit_ts = _opt_int(timestamp_ms, "timestamp_ms")
         with self._lock:
+            if self._ended:
+                raise InvalidEventError(
+                    "session", f"session {self.session_id!r} has ended; start a new session"
+                )
             if explicit_ts is None:
                 ts = now_ms()
                 if self._last_ts is not None and ts < self._last_ts:

@@ -12,7 +12,12 @@ import pytest
 from confluent_kafka import Consumer, Message
 from confluent_kafka.admin import ConfigResource
 
-from streams.core.errors import DeliveryError, OversizedMessageError, UnserializableError
+from streams.core.errors import (
+    DeliveryError,
+    InvalidEventError,
+    OversizedMessageError,
+    UnserializableError,
+)
 from streams.core.events import TraceEvent
 from streams.sdk import Publisher
 from streams.serde import EventSerde
@@ -222,3 +227,36 @@ def test_unreachable_broker_fails_loudly(topic_prefix: str) -> None:
     with pytest.raises(DeliveryError, match=r"creating topic .* (timed out|failed)"):
         pub.session("sess-z").start()
     pub.close(timeout_s=1.0)  # nothing was queued
+
+
+def test_threads_share_a_session_without_gaps_or_reordering(settings: Settings) -> None:
+    import threading
+
+    per_thread, threads = 50, 4
+    with Publisher(settings) as pub, pub.session("sess-t") as s:
+
+        def work(t: int) -> None:
+            for i in range(per_thread):
+                s.message(f"{t}:{i}")
+
+        pool = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        for th in pool:
+            th.start()
+        for th in pool:
+            th.join()
+    total = per_thread * threads + 2
+    events = decode_all(consume(settings.bootstrap, settings.session_topic("sess-t"), total))
+    assert [e.seq for e in events] == list(range(total))  # topic order == seq order
+    for t in range(threads):  # each thread's own messages stay in its order
+        mine = [e.text for e in events if e.text and e.text.startswith(f"{t}:")]
+        assert mine == [f"{t}:{i}" for i in range(per_thread)]
+    stamps = [e.timestamp_ms for e in events]
+    assert stamps == sorted(stamps)
+
+
+def test_ended_session_rejects_events(settings: Settings) -> None:
+    with Publisher(settings) as pub:
+        with pub.session("sess-e") as s:
+            s.message("hi")
+        with pytest.raises(InvalidEventError, match="has ended"):
+            s.message("late")

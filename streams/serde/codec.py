@@ -30,6 +30,7 @@ a race costs at most a duplicate registry lookup (dict assignment is atomic).
 
 from __future__ import annotations
 
+import abc
 import io
 import json
 import struct
@@ -101,7 +102,7 @@ def make_registry(registry: Any) -> Any:
     )
 
 
-class AvroSerde(Generic[T]):
+class AvroSerde(abc.ABC, Generic[T]):
     """Framing + fastavro for one bundled record schema; subclasses map values."""
 
     schema_name: ClassVar[str]
@@ -153,11 +154,13 @@ class AvroSerde(Generic[T]):
         return fp
 
     # -- encode ------------------------------------------------------------
+    @abc.abstractmethod
     def to_record(self, value: T) -> dict[str, Any]:
-        raise NotImplementedError
+        """The Avro record dict of ``value``; errors name the bad field."""
 
+    @abc.abstractmethod
     def from_record(self, record: dict[str, Any]) -> T:
-        raise NotImplementedError
+        """The value of a decoded record (raise MalformedMessageError if unusable)."""
 
     def encode(self, value: T) -> bytes:
         """Frame and encode ``value``; errors name the offending field."""

@@ -260,3 +260,18 @@ def test_ended_session_rejects_events(settings: Settings) -> None:
             s.message("hi")
         with pytest.raises(InvalidEventError, match="has ended"):
             s.message("late")
+
+
+def test_delivery_failure_raises_on_the_next_call(settings: Settings, create_topics: Any) -> None:
+    create_topics(settings.session_topic("sess-n"), config={"max.message.bytes": "2048"})
+    pub = Publisher(settings, producer_config={"linger.ms": 0})
+    s = pub.session("sess-n", flush_on_exit=False)
+    s.start()
+    pub.flush()
+    s.message(secrets.token_urlsafe(6000))
+    deadline = time.monotonic() + 20
+    with pytest.raises(DeliveryError, match=r"sess-n seq 1: .*MSG_SIZE_TOO_LARGE"):
+        while time.monotonic() < deadline:
+            s.message("next")  # each call first reports earlier delivery failures
+            time.sleep(0.05)
+    pub.close()

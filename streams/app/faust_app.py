@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.web import Request, Response, View
 
 from streams.app.processor import EventProcessor
@@ -72,6 +73,35 @@ def _default_decoder() -> Decoder:
     return decode
 
 
+class _ReadCommittedConsumerThread(_aiokafka_driver.AIOKafkaConsumerThread):
+    """Faust reads ``read_uncommitted`` unless it runs its own transactions
+    (``processing_guarantee="exactly_once"``); the router writes <prefix>.events
+    in transactions, so without this the worker would also see aborted batches.
+    aiokafka reads ``_isolation_level`` when the consumer starts (its Fetcher).
+    """
+
+    def _create_worker_consumer(self, transport: Any) -> Any:
+        consumer = super()._create_worker_consumer(transport)
+        consumer._isolation_level = "read_committed"
+        return consumer
+
+
+class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
+    def _new_consumer_thread(self) -> Any:
+        return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+
+class _ReadCommittedTransport(_aiokafka_driver.Transport):
+    Consumer = _ReadCommittedConsumer
+
+
+class ObserverApp(faust.App):
+    """``faust.App`` whose worker consumer reads only committed messages."""
+
+    def _new_transport(self) -> Any:
+        return _ReadCommittedTransport(self.conf.broker_consumer, self)
+
+
 @dataclass(frozen=True)
 class WorkerApp:
     """The app plus the handles a command or test needs."""
@@ -86,13 +116,15 @@ class WorkerApp:
     dlq_topic: Any
 
 
-def _dlq_headers(reason: str, message: Any) -> list[tuple[str, bytes]]:
+def _dlq_headers(exc: BaseException, message: Any) -> list[tuple[str, bytes]]:
+    """The router's DLQ header names (``streams.router.validate``), plus ``dlq.stage``."""
     return [
-        ("reason", reason.encode("utf-8", "replace")[:1000]),
-        ("topic", str(message.topic).encode()),
-        ("partition", str(message.partition).encode()),
-        ("offset", str(message.offset).encode()),
-        ("stage", b"worker"),
+        ("dlq.reason", str(exc).encode("utf-8", "replace")[:1000]),
+        ("dlq.error_class", type(exc).__name__.encode()),
+        ("dlq.source.topic", str(message.topic).encode()),
+        ("dlq.source.partition", str(message.partition).encode()),
+        ("dlq.source.offset", str(message.offset).encode()),
+        ("dlq.stage", b"worker"),
     ]
 
 
@@ -126,7 +158,7 @@ def create_app(
     if worker_id:
         datadir = datadir / worker_id
 
-    app = faust.App(
+    app = ObserverApp(
         app_id(settings),
         broker=broker_urls(settings.bootstrap),
         store=store,
@@ -197,7 +229,7 @@ def create_app(
                     message.offset,
                     reason,
                 )
-                await dlq.send(key=ev.key, value=value, headers=_dlq_headers(reason, message))
+                await dlq.send(key=ev.key, value=value, headers=_dlq_headers(exc, message))
                 continue
             try:
                 processor.apply(event)

@@ -280,10 +280,10 @@ def test_exactly_once_tables_dlq_and_http_view(settings: Settings, tmp_path: Pat
         dlq = read_dlq(settings)
         assert len(dlq) == 1
         headers = dict(dlq[0].headers())
-        assert headers["topic"].decode() == settings.events_topic
-        assert b"MalformedMessageError" in headers["reason"] or b"Serde" in headers["reason"], (
-            headers
-        )
+        assert headers["dlq.source.topic"].decode() == settings.events_topic
+        assert headers["dlq.stage"] == b"worker"
+        assert headers["dlq.error_class"] in (b"MalformedMessageError", b"UnknownSchemaError")
+        assert headers["dlq.reason"], headers
         assert dlq[0].value() == b"not avro at all"
     finally:
         assert worker.stop() == 0, worker.log_tail()
@@ -378,3 +378,42 @@ def test_sigkill_mid_stream_loses_nothing_and_applies_nothing_twice(
         check_tables(w, exp)
     finally:
         assert w.stop() == 0, w.log_tail()
+
+
+@pytest.mark.timeout(180)
+def test_worker_ignores_aborted_transactions(settings: Settings, tmp_path: Path) -> None:
+    """The router writes <prefix>.events transactionally: aborted writes must not count."""
+    from confluent_kafka import Producer
+
+    from streams.serde import EventSerde
+
+    serde = EventSerde()
+    worker = WorkerProc(settings, tmp_path / "data")  # creates the topics
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if worker.get("/stats")[0] == 200:
+                    break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                time.sleep(0.3)
+        p = Producer(
+            {"bootstrap.servers": settings.bootstrap, "transactional.id": f"{settings.prefix}-tx"}
+        )
+        p.init_transactions(30)
+        p.begin_transaction()
+        aborted = TraceEvent("tool_call", "x", 1, T0, call_id="c1", tool_name="never")
+        p.produce(settings.events_topic, key=b"x", value=serde.encode(aborted))
+        p.flush(30)
+        p.abort_transaction(30)
+        p.begin_transaction()
+        committed = TraceEvent("tool_call", "x", 2, T0 + 1, call_id="c2", tool_name="kept")
+        p.produce(settings.events_topic, key=b"x", value=serde.encode(committed))
+        p.commit_transaction(30)
+        worker.wait_state({"x": {"last_seq": 2}})
+        state = worker.get("/sessions/x/state")[1]["state"]
+        assert state["events"] == 1, state
+        assert [r["name"] for r in state["recent"]] == ["kept"]
+        assert state["seq_gaps"] == 1
+    finally:
+        assert worker.stop() == 0, worker.log_tail()

@@ -7,13 +7,13 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sdk_publisher import consume  # same dir: pytest puts it on sys.path
 
 from streams.commands import publish
 from streams.core.events import Budget, TraceEvent
 from streams.core.jsonl import dumps_event
 from streams.serde import EventSerde
 from streams.settings import Settings
-from tests.integration.test_sdk_publisher import consume
 
 T0 = 1_700_000_000_000
 

@@ -5,12 +5,12 @@ from __future__ import annotations
 import struct
 
 import pytest
+from test_sdk_publisher import consume  # same dir: pytest puts it on sys.path
 
 from streams.core.errors import UnknownSchemaError
 from streams.sdk import Publisher
 from streams.serde import EventSerde
 from streams.settings import Settings
-from tests.integration.test_sdk_publisher import consume
 
 
 def test_sdk_publishes_confluent_framed_events(settings: Settings) -> None:

@@ -60,9 +60,11 @@ log = logging.getLogger("streams.router")
 #: A dead letter keeps at most this much of an oversized message (the full value
 #: may not fit the DLQ topic, and a preview is enough to diagnose it).
 DLQ_PREVIEW_BYTES = 64 * 1024
-#: Abort the same batch this many times in a row and the router gives up loudly
-#: instead of spinning (e.g. a message the broker keeps rejecting).
-MAX_CONSECUTIVE_ABORTS = 5
+#: Abort this many transactions in a row and the router gives up loudly instead of
+#: spinning (e.g. a message the broker keeps rejecting).  Not 1-2: a rebalance (every
+#: new session topic causes one) can fail a commit with ILLEGAL_GENERATION, which is
+#: abortable and harmless; the retry after the rewind succeeds.
+MAX_CONSECUTIVE_ABORTS = 20
 _TOPIC_MARGIN = 64 * 1024  # headers + record overhead on top of max_message_bytes
 
 
@@ -84,7 +86,13 @@ def ensure_topics(
             config=topic_cfg,
         ),
         NewTopic(settings.dlq_topic, 1, config.replication_factor, config=topic_cfg),
-        NewTopic(settings.control_topic, 1, config.replication_factor),
+        # Compacted, as the SDK creates it: the latest announcement per session is kept.
+        NewTopic(
+            settings.control_topic,
+            1,
+            config.replication_factor,
+            config={"cleanup.policy": "compact"},
+        ),
     ]
     futures = admin.create_topics(wanted, request_timeout=15.0)
     for name, fut in futures.items():
@@ -165,6 +173,9 @@ class Router:
         self._assigned_topics: set[str] = set()
         self._pending = PendingTopics()
         self._t0 = time.monotonic()
+        #: ``time.monotonic()`` of the first partition assignment (None before it):
+        #: lets benchmarks and tests separate group-join time from routing time.
+        self.first_assigned_at: float | None = None
         self._prefix = settings.prefix
         self._events_topic = settings.events_topic
         self._dlq_topic = settings.dlq_topic
@@ -201,6 +212,9 @@ class Router:
             "transaction.timeout.ms": cfg.transaction_timeout_ms,
             "linger.ms": 5,
             "message.max.bytes": self._max_bytes + 2 * _TOPIC_MARGIN,
+            # Failures only: a Python callback per delivered message costs ~1 us each.
+            "delivery.report.only.error": True,
+            "on_delivery": self._on_delivery,
         }
         producer_conf.update(self._extra_producer)
         self._producer = Producer(producer_conf)
@@ -393,7 +407,7 @@ class Router:
     ) -> None:
         producer = self._producer
         assert producer is not None
-        kwargs: dict[str, Any] = {"on_delivery": self._on_delivery}
+        kwargs: dict[str, Any] = {}
         if timestamp_ms > 0:
             kwargs["timestamp"] = timestamp_ms
         if headers:
@@ -473,6 +487,8 @@ class Router:
                 "than retrying forever"
             )
         self._rewind(list(self._assigned))
+        if self._consecutive_aborts > 1:
+            time.sleep(min(2.0, 0.05 * self._consecutive_aborts))  # back off repeated aborts
 
     def _rewind(self, partitions: list[TopicPartition]) -> None:
         """Seek to the last committed offsets, so the aborted batch is read again."""
@@ -489,6 +505,8 @@ class Router:
     # -- rebalance callbacks (run inside consume()) -------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         self._rebalances += 1
+        if self.first_assigned_at is None and partitions:
+            self.first_assigned_at = time.monotonic()
         for tp in partitions:
             self._assigned.add(TopicPartition(tp.topic, tp.partition))
             self._assigned_topics.add(tp.topic)

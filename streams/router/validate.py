@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Protocol
 
 from streams.core.errors import (
@@ -73,8 +74,12 @@ def session_prefix(prefix: str) -> str:
 _SESSION_TAIL = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
+@lru_cache(maxsize=1 << 16)
 def session_id_of_topic(prefix: str, topic: str) -> str | None:
-    """The session id a per-session topic belongs to, or None if it is not one."""
+    """The session id a per-session topic belongs to, or None if it is not one.
+
+    Cached: it runs once per message on the router's hot path, for few topics.
+    """
     head = session_prefix(prefix)
     if not topic.startswith(head):
         return None

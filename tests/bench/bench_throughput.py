@@ -1,0 +1,299 @@
+"""Pipeline throughput: how much of raw Kafka speed does the router keep?
+
+A script, not a test (prints figures, asserts nothing).  In ONE run, against one
+broker, on one fresh topic prefix:
+
+1. publish N events over S session topics with the publisher SDK
+   (``--publisher sdk``, default: ``Publisher``/``Session.tool_call``/``tool_result``,
+   i.e. validation + Avro encoding + announcements included) or with pre-encoded
+   ``EventSerde`` bytes and a plain idempotent producer (``--publisher raw``);
+2. stage ``raw``: a plain confluent-kafka consume->produce passthrough of the same
+   session topics into a scratch topic (regex subscription, no decode, no
+   transactions, auto-commit) -- the ceiling for a Python Kafka hop;
+3. stage ``router``: :class:`streams.router.Router` over the same backlog
+   (decode + validate every event, transactions, exactly once);
+
+and prints events/s for each (wall clock from the first partition assignment to
+the last output acknowledged, so group-join time is excluded for both) plus CPU
+seconds, and the router/raw ratio.  Stages run in separate consumer groups and
+read the same backlog; ``--rounds`` repeats them alternately (the machine may be
+shared: compare the CPU figures too).
+
+Hook for later stages: add a function to ``STAGES`` (signature of
+:func:`stage_router`); e.g. ``worker``: run the router, then time the Faust worker
+until its session table has applied all N events (SDK -> router -> table).
+
+Example::
+
+    KAFKA_BOOTSTRAP=127.0.0.1:9092 python tests/bench/bench_throughput.py \\
+        --events 100000 --sessions 200
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from confluent_kafka import Consumer, Producer
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from streams.core.events import TraceEvent
+from streams.settings import Settings
+
+
+@dataclass(frozen=True)
+class StageResult:
+    name: str
+    events: int
+    wall_s: float
+    cpu_s: float
+
+    @property
+    def rate(self) -> float:
+        return self.events / self.wall_s if self.wall_s > 0 else float("nan")
+
+
+@dataclass(frozen=True)
+class Context:
+    settings: Settings
+    events: int
+    round: int
+    batch_size: int
+
+
+def _payload(i: int) -> tuple[dict[str, object], dict[str, object]]:
+    cmd = {"command": f"grep -rn 'def handler_{i % 97}' src/ | head -20", "timeout": 30}
+    out = {"exit_code": i % 3, "stdout": f"src/mod_{i % 13}.py:{i % 400}: def handler()\n" * 3}
+    return cmd, out
+
+
+def publish(settings: Settings, n: int, sessions: int, how: str) -> tuple[int, float]:
+    """Publish n events round-robin over the sessions; returns (count, seconds)."""
+    sids = [f"bench-{i:04d}" for i in range(sessions)]
+    per = n // sessions
+    t0 = time.monotonic()
+    if how == "sdk":
+        from streams.sdk import Publisher
+
+        with Publisher(settings) as pub:
+            pub.ensure_session_topics(sids)
+            live = [pub.session(sid, agent_id="bench", task="benchmark") for sid in sids]
+            for s in live:
+                s.start()  # session_start + announcement
+            sent = len(live)
+            calls: dict[str, str] = {}
+            for k in range(per - 2):  # start + k events + end = per
+                for s in live:
+                    cmd, out = _payload(k)
+                    if k % 2 == 0:
+                        calls[s.session_id] = s.tool_call("bash", cmd)
+                    else:
+                        s.tool_result(calls[s.session_id], out, latency_ms=12)
+                    sent += 1
+            for s in live:
+                s.end()
+                sent += 1
+            pub.flush(120)
+        return sent, time.monotonic() - t0
+    from streams.serde import EventSerde
+
+    serde = EventSerde()
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    for fut in admin.create_topics(
+        [NewTopic(settings.session_topic(s), 1, -1) for s in sids]
+    ).values():
+        fut.result(60)
+    producer = Producer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "enable.idempotence": True,
+            "linger.ms": 5,
+            "compression.type": "lz4",
+        }
+    )
+    sent = 0
+    for seq in range(per):
+        for sid in sids:
+            cmd, out = _payload(seq)
+            ev = TraceEvent(
+                type="tool_call" if seq % 2 == 0 else "tool_result",
+                session_id=sid,
+                seq=seq,
+                timestamp_ms=1_700_000_000_000 + seq,
+                call_id=f"c{seq // 2}",
+                tool_name="bash",
+                input=cmd if seq % 2 == 0 else None,
+                output=out if seq % 2 else None,
+            )
+            while True:
+                try:
+                    producer.produce(settings.session_topic(sid), serde.encode(ev), sid.encode())
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+            sent += 1
+        producer.poll(0)
+    if producer.flush(120):
+        raise RuntimeError("publish: messages left undelivered after 120 s")
+    return sent, time.monotonic() - t0
+
+
+def stage_raw(ctx: Context) -> StageResult:
+    """Consume the session topics and produce every message to a scratch topic."""
+    s = ctx.settings
+    scratch = f"{s.prefix}.scratch"
+    admin = AdminClient({"bootstrap.servers": s.bootstrap})
+    fut = admin.create_topics([NewTopic(scratch, s.events_partitions, -1)])[scratch]
+    try:
+        fut.result(30)
+    except Exception as exc:  # an existing scratch topic (round > 0) is fine
+        if "TOPIC_ALREADY_EXISTS" not in str(exc):
+            raise
+    consumer = Consumer(
+        {
+            "bootstrap.servers": s.bootstrap,
+            "group.id": f"{s.prefix}.raw.{ctx.round}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": True,
+            "topic.metadata.refresh.interval.ms": 1000,
+        }
+    )
+    producer = Producer({"bootstrap.servers": s.bootstrap, "linger.ms": 5})
+    first: list[float] = []
+
+    def on_assign(c: Consumer, parts: list[object]) -> None:
+        if not first and parts:
+            first.append(time.monotonic())
+
+    consumer.subscribe([s.session_topic_regex], on_assign=on_assign)
+    done = 0
+    cpu0 = time.process_time()
+    while done < ctx.events:
+        for m in consumer.consume(1000, timeout=0.5):
+            if m.error():
+                continue
+            while True:
+                try:
+                    producer.produce(scratch, m.value(), m.key())
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+            done += 1
+        producer.poll(0)
+    if producer.flush(60):
+        raise RuntimeError("raw stage: scratch messages left undelivered")
+    end = time.monotonic()
+    cpu = time.process_time() - cpu0
+    consumer.close()
+    return StageResult("raw passthrough", done, end - first[0], cpu)
+
+
+def stage_router(ctx: Context) -> StageResult:
+    """The real router (decode + validate + transactions) over the same backlog."""
+    from streams.router import Router, RouterConfig
+
+    s = ctx.settings
+    config = RouterConfig(
+        group_id=f"{s.prefix}.router.{ctx.round}",
+        transactional_id=f"{s.prefix}.router.bench.{ctx.round}",
+        batch_max_messages=ctx.batch_size,
+        batch_max_ms=max(100, ctx.batch_size // 20),  # let size, not age, close batches
+        status_interval_s=0,
+    )
+    router = Router(s, config)
+    router.start()
+    cpu0 = time.process_time()
+    stats = router.run(until=lambda st: st.routed + st.dead_lettered >= ctx.events)
+    end = time.monotonic()
+    cpu = time.process_time() - cpu0
+    router.close()
+    assert router.first_assigned_at is not None
+    if stats.dead_lettered:
+        print(f"  (router dead-lettered {stats.dead_lettered} events: check the publisher)")
+    return StageResult(
+        f"router (batch {ctx.batch_size}: {stats.transactions} txns, {stats.aborts} aborts)",
+        stats.routed + stats.dead_lettered,
+        end - router.first_assigned_at,
+        cpu,
+    )
+
+
+#: name -> stage.  Add "worker" here when the Faust worker lands (see module doc).
+STAGES: dict[str, Callable[[Context], StageResult]] = {
+    "raw": stage_raw,
+    "router": stage_router,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    ap.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--sessions", type=int, default=200)
+    ap.add_argument("--partitions", type=int, default=6, help="partitions of <prefix>.events")
+    ap.add_argument("--publisher", choices=("sdk", "raw"), default="sdk")
+    ap.add_argument("--stages", default="raw,router", help=f"comma list of {', '.join(STAGES)}")
+    ap.add_argument("--rounds", type=int, default=1)
+    ap.add_argument(
+        "--batch-size",
+        default="2000",
+        help="router messages per transaction; a comma list runs the router once per size",
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the bench topics afterwards")
+    args = ap.parse_args(argv)
+
+    prefix = "bench" + uuid.uuid4().hex[:10]
+    settings = Settings(bootstrap=args.bootstrap, prefix=prefix, events_partitions=args.partitions)
+    print(f"prefix {prefix}, {args.events} events over {args.sessions} sessions")
+    n, secs = publish(settings, args.events, args.sessions, args.publisher)
+    print(
+        f"published {n} events with the {args.publisher} publisher in {secs:.1f} s "
+        f"({n / secs:,.0f} events/s)"
+    )
+    results: dict[str, list[StageResult]] = {}
+    try:
+        for r in range(args.rounds):
+            runs = [
+                (name, int(b))
+                for name in args.stages.split(",")
+                for b in (args.batch_size.split(",") if name == "router" else ["0"])
+            ]
+            for k, (name, batch) in enumerate(runs):
+                res = STAGES[name](Context(settings, n, r * 100 + k, batch))
+                results.setdefault(name, []).append(res)
+                print(
+                    f"round {r}: {res.name:40s} {res.events} events in {res.wall_s:6.2f} s "
+                    f"= {res.rate:9,.0f} events/s  (cpu {res.cpu_s:5.1f} s, "
+                    f"{res.events / res.cpu_s:,.0f} events/cpu-s)"
+                )
+    finally:
+        if not args.keep:
+            admin = AdminClient({"bootstrap.servers": args.bootstrap})
+            topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
+            if topics:
+                admin.delete_topics(topics)
+    if "raw" in results and "router" in results:
+        best_raw = max(x.rate for x in results["raw"])
+        best_router = max(x.rate for x in results["router"])
+        cpu_raw = min(x.cpu_s / x.events for x in results["raw"])
+        cpu_router = min(x.cpu_s / x.events for x in results["router"])
+        print(
+            f"router/raw throughput (best of {args.rounds}): {best_router / best_raw:.0%}  "
+            f"[{best_router:,.0f} vs {best_raw:,.0f} events/s]; "
+            f"CPU per event: router {cpu_router * 1e6:.1f} us, raw {cpu_raw * 1e6:.1f} us"
+        )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -50,6 +50,11 @@ class RouterConfig:
     #: partitions before other instances take over.  A restart with the same
     #: transactional id does not wait for it (static membership).
     session_timeout_ms: int = 10_000
+    #: Give up (raise DeliveryError) after this many aborted transactions in a row,
+    #: instead of spinning on a batch the broker keeps rejecting.  Not 1-2: every
+    #: new session topic causes a rebalance, which can fail one commit with
+    #: ILLEGAL_GENERATION (abortable, harmless: the rewound batch then commits).
+    max_consecutive_aborts: int = 20
 
     def __post_init__(self) -> None:
         for name in (
@@ -59,6 +64,7 @@ class RouterConfig:
             "fetch_wait_max_ms",
             "transaction_timeout_ms",
             "session_timeout_ms",
+            "max_consecutive_aborts",
         ):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -60,11 +60,6 @@ log = logging.getLogger("streams.router")
 #: A dead letter keeps at most this much of an oversized message (the full value
 #: may not fit the DLQ topic, and a preview is enough to diagnose it).
 DLQ_PREVIEW_BYTES = 64 * 1024
-#: Abort this many transactions in a row and the router gives up loudly instead of
-#: spinning (e.g. a message the broker keeps rejecting).  Not 1-2: a rebalance (every
-#: new session topic causes one) can fail a commit with ILLEGAL_GENERATION, which is
-#: abortable and harmless; the retry after the rewind succeeds.
-MAX_CONSECUTIVE_ABORTS = 20
 _TOPIC_MARGIN = 64 * 1024  # headers + record overhead on top of max_message_bytes
 
 
@@ -480,7 +475,7 @@ class Router:
         self._aborts += 1
         self._aborted_msgs += self._txn_msgs
         self._consecutive_aborts += 1
-        if self._consecutive_aborts >= MAX_CONSECUTIVE_ABORTS:
+        if self._consecutive_aborts >= self.config.max_consecutive_aborts:
             raise DeliveryError(
                 f"{self._consecutive_aborts} transactions in a row were aborted (last: {why}; "
                 f"delivery errors: {self._txn_errors or 'none reported'}); stopping rather "
@@ -536,7 +531,6 @@ class Router:
 
 __all__ = [
     "DLQ_PREVIEW_BYTES",
-    "MAX_CONSECUTIVE_ABORTS",
     "Router",
     "default_decoder",
     "ensure_topics",

@@ -1,0 +1,179 @@
+"""Router fault paths on a real broker: aborts, rewinds, giving up loudly, rebalances.
+
+* A dead letter the broker refuses (DLQ topic limit too small) makes every
+  transaction holding it abort: the router rewinds, retries, and after
+  ``max_consecutive_aborts`` raises :class:`DeliveryError` naming the broker's
+  reason.  Nothing of the failed batches is visible to ``read_committed``; once
+  the operator fixes the topic, a restarted router routes everything exactly once.
+* New session topics appearing while events flow (each one a rebalance, some
+  commits then fail with ILLEGAL_GENERATION and are aborted + rewound): still
+  exactly once.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+from typing import Any
+
+import pytest
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
+from streams.core.errors import DeliveryError
+from streams.core.events import TraceEvent
+from streams.router import Router, RouterConfig
+from streams.serde import EventSerde
+from streams.settings import Settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
+
+SERDE = EventSerde()
+
+
+def encoded(sid: str, seq: int) -> bytes:
+    return SERDE.encode(TraceEvent(type="message", session_id=sid, seq=seq, timestamp_ms=seq))
+
+
+def committed_events(settings: Settings, expect: int, idle_s: float = 2.0) -> list[tuple[str, int]]:
+    consumer = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "group.id": "faults-reader",
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        topic = settings.events_topic
+        parts = consumer.list_topics(topic, timeout=10).topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: list[tuple[str, int]] = []
+        deadline = time.monotonic() + 60
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            batch = consumer.consume(500, timeout=0.2)
+            for m in batch:
+                assert m.error() is None, m.error()
+                ev = SERDE.decode(m.value())
+                assert m.key() == ev.session_id.encode()
+                out.append((ev.session_id, ev.seq))
+            if batch:
+                last = time.monotonic()
+            elif len(out) >= expect and time.monotonic() - last >= idle_s:
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+def test_refused_dead_letter_aborts_then_gives_up_loudly_then_recovers(
+    settings: Settings, create_topics: Any, admin: Any
+) -> None:
+    topic = settings.session_topic("s1")
+    create_topics(topic)
+    create_topics(settings.dlq_topic, config={"max.message.bytes": "300"})
+    producer = Producer({"bootstrap.servers": settings.bootstrap})
+    for seq in range(100):
+        if seq == 50:
+            producer.produce(topic, b"\xff" * 2000, b"s1")  # garbage, too big for the DLQ
+        producer.produce(topic, encoded("s1", seq), b"s1")
+    assert producer.flush(10) == 0
+
+    config = RouterConfig(
+        batch_max_messages=10, batch_max_ms=1000, max_consecutive_aborts=3, status_interval_s=0
+    )
+    router = Router(settings, config)
+    router.start()
+    try:
+        with pytest.raises(DeliveryError) as info:
+            router.run(max_seconds=60)
+    finally:
+        router.close()
+    message = str(info.value)
+    assert "3 transactions in a row were aborted" in message
+    assert "too large" in message.lower(), message  # the broker's reason is surfaced
+    stats = router.stats()
+    assert stats.aborts == 3
+    assert stats.routed == 50  # the five batches before the bad one committed
+
+    before_fix = committed_events(settings, 50)
+    assert sorted(before_fix) == [("s1", i) for i in range(50)]
+
+    # The operator raises the DLQ limit; a restart (same transactional id) finishes.
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        settings.dlq_topic,
+        incremental_configs=[
+            ConfigEntry("max.message.bytes", "1000000", incremental_operation=AlterConfigOpType.SET)
+        ],
+    )
+    for fut in admin.incremental_alter_configs([resource]).values():
+        fut.result(30)
+    with Router(settings, config) as again:
+        final = again.run(until=lambda s: s.routed >= 50 and s.dead_lettered >= 1, max_seconds=60)
+    assert (final.routed, final.dead_lettered) == (50, 1)
+    after = committed_events(settings, 100)
+    assert sorted(after) == [("s1", i) for i in range(100)]  # each exactly once
+
+
+def test_exactly_once_while_new_sessions_keep_appearing(
+    settings: Settings, create_topics: Any
+) -> None:
+    create_topics(settings.control_topic)
+    first = [f"old{i}" for i in range(5)]
+    later = [f"new{i}" for i in range(8)]
+    create_topics(*(settings.session_topic(s) for s in first))
+    per_session = 300
+    errors: list[str] = []
+    published: list[tuple[str, int]] = []
+
+    def publisher() -> None:
+        producer = Producer({"bootstrap.servers": settings.bootstrap, "linger.ms": 2})
+
+        def cb(err, msg):  # type: ignore[no-untyped-def]
+            if err is not None:
+                errors.append(str(err))
+
+        live = list(first)
+        for seq in range(per_session):
+            if seq % 30 == 10 and later:  # a new session every 30 rounds, announced
+                sid = later.pop(0)
+                create_topics(settings.session_topic(sid))
+                producer.produce(
+                    settings.control_topic, settings.session_topic(sid).encode(), sid.encode()
+                )
+                live.append(sid)
+            for sid in live:
+                producer.produce(
+                    settings.session_topic(sid), encoded(sid, seq), sid.encode(), on_delivery=cb
+                )
+                published.append((sid, seq))
+            producer.poll(0)
+            time.sleep(0.01)
+        assert producer.flush(30) == 0
+
+    config = RouterConfig(batch_max_messages=100, batch_max_ms=50, status_interval_s=0)
+    router = Router(settings, config)
+    router.start()
+    pub = threading.Thread(target=publisher, daemon=True)
+    pub.start()
+    try:
+        router.run(
+            until=lambda s: not pub.is_alive() and s.routed >= len(published), max_seconds=90
+        )
+    finally:
+        router.close()
+        pub.join(30)
+    assert not errors, errors
+    stats = router.stats()
+    got = committed_events(settings, len(published))
+    counts = Counter(got)
+    assert not [k for k, c in counts.items() if c > 1], "duplicates"
+    assert set(counts) == set(published), "lost events"
+    print(
+        f"\nnew sessions during flow: {len(published)} events, {stats.transactions} txns, "
+        f"{stats.aborts} aborts ({stats.aborted_messages} messages re-read), "
+        f"{stats.rebalances} rebalance callbacks"
+    )

@@ -177,3 +177,69 @@ def test_exactly_once_while_new_sessions_keep_appearing(
         f"{stats.aborts} aborts ({stats.aborted_messages} messages re-read), "
         f"{stats.rebalances} rebalance callbacks"
     )
+
+
+def test_second_instance_joining_takes_partitions_without_loss_or_duplicates(
+    settings: Settings, create_topics: Any
+) -> None:
+    """Scale-out: router B joins A's group mid-stream; A commits in on_revoke."""
+    sessions = [f"s{i}" for i in range(12)]
+    create_topics(*(settings.session_topic(s) for s in sessions))
+    create_topics(settings.control_topic)
+    per_session = 600  # ~6 s of stream: B joins at 1.5 s
+    published: list[tuple[str, int]] = []
+    done = threading.Event()
+
+    def publisher() -> None:
+        producer = Producer({"bootstrap.servers": settings.bootstrap, "linger.ms": 2})
+        for seq in range(per_session):
+            for sid in sessions:
+                producer.produce(settings.session_topic(sid), encoded(sid, seq), sid.encode())
+                published.append((sid, seq))
+            producer.poll(0)
+            time.sleep(0.01)
+        assert producer.flush(30) == 0
+        done.set()
+
+    def make(n: int) -> Router:
+        cfg = RouterConfig(
+            transactional_id=f"{settings.prefix}.router.{n}",
+            batch_max_messages=100,
+            batch_max_ms=50,
+            status_interval_s=0,
+        )
+        return Router(settings, cfg)
+
+    a, b = make(0), make(1)
+    a.start()
+    a_thread = threading.Thread(target=a.run, kwargs={"max_seconds": 120}, daemon=True)
+    a_thread.start()
+    pub = threading.Thread(target=publisher, daemon=True)
+    pub.start()
+    time.sleep(1.5)  # A owns everything and is mid-stream
+    b.start()
+    b_thread = threading.Thread(target=b.run, kwargs={"max_seconds": 120}, daemon=True)
+    b_thread.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not done.is_set() or a.stats().routed + b.stats().routed < len(published):
+            assert time.monotonic() < deadline, (a.stats(), b.stats())
+            time.sleep(0.2)
+        time.sleep(1.0)
+    finally:
+        a.request_stop()
+        b.request_stop()
+        a_thread.join(30)
+        b_thread.join(30)
+        a.close()
+        b.close()
+    sa, sb = a.stats(), b.stats()
+    assert sb.routed > 0, "the second instance never got partitions"
+    got = Counter(committed_events(settings, len(published)))
+    assert not [k for k, c in got.items() if c > 1], "duplicates"
+    assert set(got) == set(published), "lost events"
+    print(
+        f"\nscale-out: A routed {sa.routed} ({sa.aborts} aborts), "
+        f"B routed {sb.routed} ({sb.aborts} aborts); aborted re-reads "
+        f"{sa.aborted_messages + sb.aborted_messages}"
+    )

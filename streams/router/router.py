@@ -40,7 +40,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from streams.core.errors import DeliveryError, InvalidEventError
 from streams.router.announce import PendingTopics, parse_announcement

@@ -195,7 +195,10 @@ class DoomLoopLogic:
 
     def _single(self, rec: ToolCallRecord) -> DoomLoop:
         reps = self._run
-        conf = 0.6 + 0.15 * (reps - self._thr) + (0.2 if self._same else 0.0)
+        # The same call `threshold` times in a row is already strong evidence (never
+        # seen in resolved mini-swe-agent runs): 0.7, or 0.9 when the results were
+        # identical too (nothing new was learned); each further repeat adds 0.2.
+        conf = (7 + 2 * (reps - self._thr) + (2 if self._same else 0)) / 10
         recent = list(self._hist)[-min(reps, 3) :]
         evidence = (
             *tuple(r.cite() for r in recent),

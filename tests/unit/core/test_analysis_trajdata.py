@@ -1,7 +1,8 @@
 """Accuracy of the default detectors on real trajectories (skipped without trajdata).
 
 * SWE-agent runs that repeat the same action 5+ times in a row must get a
-  ``doom_loop`` within 3 calls of the loop's start.
+  ``doom_loop`` within 3 calls of the loop's start, reaching confidence >= 0.9
+  (what the pattern observer treats as a warning) within those 3 calls too.
 * Resolved mini-swe-agent runs must rarely show a confident pattern: at most 5%
   of them may have any pattern with confidence >= 0.5.
 """
@@ -59,11 +60,17 @@ def test_swe_agent_loops_are_caught_early() -> None:
         if not loops:
             continue
         b = TrajectoryBuilder()
-        fired = [p for e in events for p in b.on_event(e)]
+        fired = []
+        confident_at: list[int] = []  # call indices where a doom_loop had confidence >= 0.9
+        for e in events:
+            fired.extend(b.on_event(e))
+            loop = b.patterns().get("doom_loop")
+            if loop is not None and loop.confidence >= 0.9 and b.last_call is not None:
+                confident_at.append(b.last_call.call_index)
         for start, length in loops:
             ok = any(
                 p.pattern_type == "doom_loop" and start <= p.call_index <= start + 3 for p in fired
-            )
+            ) and any(start <= i <= start + 3 for i in confident_at)
             (caught if ok else missed).append(f"{f.name}@{start}x{length}")
     assert caught, "expected some 5+ repeat loops in the SWE-agent data"
     assert not missed, f"loops not flagged within 3 steps: {missed}"

@@ -35,6 +35,8 @@ from faust.web import Request, Response, View
 
 from streams.app.processor import EventProcessor
 from streams.app.state import BudgetState, MinuteCounts, SessionCounters
+from streams.core.codec import decode_state
+from streams.core.config import EngineConfig
 from streams.core.errors import ConfigError, InvalidEventError, SerdeError
 from streams.core.events import TraceEvent
 from streams.settings import SESSION_ID_RE, Settings
@@ -45,6 +47,7 @@ STORES = {"rocksdb": "rocksdb://", "memory": "memory://"}
 SESSIONS_TABLE = "sessions"
 BUDGETS_TABLE = "budgets"
 MINUTES_TABLE = "minutes"
+ENGINES_TABLE = "engines"
 
 Decoder = Callable[[bytes], TraceEvent]
 
@@ -112,6 +115,7 @@ class WorkerApp:
     sessions: Any
     budgets: Any
     minutes: Any
+    engines: Any
     events_topic: Any
     dlq_topic: Any
 
@@ -128,6 +132,33 @@ def _dlq_headers(exc: BaseException, message: Any) -> list[tuple[str, bytes]]:
     ]
 
 
+def _engine_summary(data: bytes) -> dict[str, Any]:
+    """A JSON view of a stored engine state (not the whole state: it can be large)."""
+    state = decode_state(data)
+    current = state.current
+    return {
+        "last_seq": state.last_seq,
+        "profile": state.profile,
+        "tokens_used": state.tokens_used,
+        "budget": {
+            "deadline_ms": state.budget.deadline_ms,
+            "max_tokens": state.budget.max_tokens,
+            "max_tool_calls": state.budget.max_tool_calls,
+        },
+        "state_bytes": len(data),
+        "assessment": None
+        if current is None
+        else {
+            "severity": current.severity,
+            "seq": current.seq,
+            "call_index": current.call_index,
+            "trigger": current.trigger,
+            "observers": [a.observer_name for a in current.assessments],
+            "rendered": current.render(),
+        },
+    }
+
+
 def create_app(
     settings: Settings,
     *,
@@ -139,6 +170,8 @@ def create_app(
     partitions: int | None = None,
     decode: Decoder | None = None,
     commit_interval_s: float = 1.0,
+    with_engine: bool = True,
+    engine_config: EngineConfig | None = None,
 ) -> WorkerApp:
     """Build a worker app from ``settings``.
 
@@ -147,6 +180,9 @@ def create_app(
     the changelog on every start).  ``partitions`` must equal the partition count
     of ``<prefix>.events`` (defaults to ``settings.events_partitions``).
     ``decode`` turns message bytes into a TraceEvent (default: the Avro serde).
+    ``with_engine`` adds the ``engines`` table running the core
+    :class:`~streams.core.engine.SessionEngine` (``engine_config``, default
+    ``EngineConfig()``) on every event.
     """
     if store in STORES:
         store = STORES[store]
@@ -204,7 +240,14 @@ def create_app(
     minutes = app.Table(
         MINUTES_TABLE, help="tool calls/errors per session per minute", options=_opts(), **table_kw
     )
-    processor = EventProcessor(sessions, budgets, minutes)
+    engines = (
+        app.Table(
+            ENGINES_TABLE, help="core SessionEngine state per session", options=_opts(), **table_kw
+        )
+        if with_engine
+        else None
+    )
+    processor = EventProcessor(sessions, budgets, minutes, engines, engine_config)
 
     @app.agent(events, concurrency=1)
     async def process(stream: Any) -> None:
@@ -220,19 +263,18 @@ def create_app(
                         f"{event.session_id!r} does not match the message key {key!r} "
                         "(producers must key <prefix>.events by session id)",
                     )
+                # InvalidEventError from the engine comes before any table changed
+                processor.apply(event)
             except (SerdeError, InvalidEventError) as exc:
-                reason = f"{type(exc).__name__}: {exc}"
                 log.warning(
-                    "dead-lettering %s[%s]@%s: %s",
+                    "dead-lettering %s[%s]@%s: %s: %s",
                     message.topic,
                     message.partition,
                     message.offset,
-                    reason,
+                    type(exc).__name__,
+                    exc,
                 )
                 await dlq.send(key=ev.key, value=value, headers=_dlq_headers(exc, message))
-                continue
-            try:
-                processor.apply(event)
             except Exception as exc:
                 # Faust's supervisor would restart the agent and carry on past this
                 # message (it gets acked): never silently skip. Stop the worker instead;
@@ -286,11 +328,13 @@ def create_app(
                     status=404,
                 )
             braw = budgets.get(session_id)
+            eraw = engines.get(session_id) if engines is not None else None
             return self.json(
                 {
                     "session_id": session_id,
                     "state": SessionCounters.decode(raw).to_json(),
                     "budget": None if braw is None else BudgetState.decode(braw).to_json(),
+                    "engine": None if eraw is None else _engine_summary(eraw),
                 }
             )
 
@@ -327,6 +371,7 @@ def create_app(
         sessions=sessions,
         budgets=budgets,
         minutes=minutes,
+        engines=engines,
         events_topic=events,
         dlq_topic=dlq,
     )
@@ -334,6 +379,7 @@ def create_app(
 
 __all__ = [
     "BUDGETS_TABLE",
+    "ENGINES_TABLE",
     "MINUTES_TABLE",
     "SESSIONS_TABLE",
     "STORES",

@@ -23,10 +23,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from streams.app.state import BudgetState, MinuteCounts, SessionCounters, minute_key, minute_start
+from streams.core.codec import decode_state, encode_state
+from streams.core.engine import EngineOutput, SessionEngine
 from streams.core.events import TraceEvent
+
+if TYPE_CHECKING:
+    from streams.core.config import EngineConfig
 
 
 class BytesTable(Protocol):
@@ -45,18 +50,37 @@ class ApplyResult:
     session: SessionCounters
     budget_written: bool
     minute_written: bool
+    #: The core engine's output (patterns fired, new assessment); None without engine table.
+    engine: EngineOutput | None = None
 
 
 _V = TypeVar("_V")
 
 
 class EventProcessor:
-    """Applies events to the session, budget and per-minute tables exactly once."""
+    """Applies events to the session, budget, per-minute and engine tables exactly once.
 
-    def __init__(self, sessions: BytesTable, budgets: BytesTable, minutes: BytesTable) -> None:
+    With an ``engines`` table the core :class:`~streams.core.engine.SessionEngine`
+    runs first: it validates the event and raises
+    :class:`~streams.core.errors.InvalidEventError` *before any table changed*, so
+    the caller can dead-letter the event and carry on.
+    """
+
+    def __init__(
+        self,
+        sessions: BytesTable,
+        budgets: BytesTable,
+        minutes: BytesTable,
+        engines: BytesTable | None = None,
+        engine_config: EngineConfig | None = None,
+    ) -> None:
         self.sessions = sessions
         self.budgets = budgets
         self.minutes = minutes
+        self.engines = engines
+        self.engine_config = engine_config
+        #: session id -> (engine, bytes of its last written state)
+        self._engines: dict[str, tuple[SessionEngine, bytes | None]] = {}
         self._sessions: dict[str, SessionCounters] = {}
         self._budgets: dict[str, BudgetState] = {}
         #: Only the latest touched minute of each session is cached (events are mostly in order).
@@ -69,6 +93,7 @@ class EventProcessor:
         self._sessions.clear()
         self._budgets.clear()
         self._minutes.clear()
+        self._engines.clear()
 
     @staticmethod
     def _load(
@@ -85,8 +110,41 @@ class EventProcessor:
             cache[key] = value
         return value
 
+    def _engine(self, sid: str) -> tuple[SessionEngine, bytes | None]:
+        assert self.engines is not None
+        cached = self._engines.get(sid)
+        if cached is None:
+            raw = self.engines.get(sid)
+            if raw is None:
+                engine = SessionEngine.create(sid, self.engine_config)
+            else:
+                cfg = self.engine_config
+                if cfg is None:
+                    from streams.core.config import EngineConfig
+
+                    cfg = self.engine_config = EngineConfig()
+                engine = SessionEngine.build(cfg, decode_state(raw))
+            cached = (engine, raw)
+            self._engines[sid] = cached
+        return cached
+
+    def _run_engine(self, event: TraceEvent) -> EngineOutput | None:
+        if self.engines is None:
+            return None
+        sid = event.session_id
+        engine, last = self._engine(sid)
+        out = engine.on_event(event)  # may raise InvalidEventError: nothing changed yet
+        if out.applied:
+            data = encode_state(engine.snapshot())
+            self.engines[sid] = data
+            self._engines[sid] = (engine, data)
+        elif last is not None:
+            self.engines[sid] = last  # redelivery: see the session case below
+        return out
+
     def apply(self, event: TraceEvent) -> ApplyResult:
         sid = event.session_id
+        engine_out = self._run_engine(event)
         session = self._load(
             self._sessions,
             self.sessions,
@@ -150,6 +208,7 @@ class EventProcessor:
             session=new_session or session,
             budget_written=budget_written,
             minute_written=minute_written,
+            engine=engine_out,
         )
 
 

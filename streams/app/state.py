@@ -25,7 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any, Final
 
 from streams.core.errors import StateDecodeError
@@ -44,6 +44,12 @@ def canonical_bytes(value: Any) -> bytes:
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
     ).encode("utf-8")
+
+
+def _fields(value: Any) -> dict[str, Any]:
+    """Shallow field dict: ``dataclasses.asdict`` deep-copies every nested value
+    (the recent-events window), which cost ~80% of the worker's per-event time."""
+    return {f.name: getattr(value, f.name) for f in fields(value)}
 
 
 def _load(data: bytes, kind: str) -> dict[str, Any]:
@@ -120,7 +126,7 @@ class SessionCounters:
         )
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = _fields(self)
         out["recent"] = list(self.recent)
         return out
 
@@ -188,12 +194,12 @@ class BudgetState:
         return None
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = _fields(self)
         out["tokens_used"] = self.tokens_used
         return out
 
     def encode(self) -> bytes:
-        return canonical_bytes({"v": STATE_VERSION, **asdict(self)})
+        return canonical_bytes({"v": STATE_VERSION, **_fields(self)})
 
     @classmethod
     def decode(cls, data: bytes) -> BudgetState:
@@ -243,10 +249,10 @@ class MinuteCounts:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return _fields(self)
 
     def encode(self) -> bytes:
-        return canonical_bytes({"v": STATE_VERSION, **asdict(self)})
+        return canonical_bytes({"v": STATE_VERSION, **_fields(self)})
 
     @classmethod
     def decode(cls, data: bytes) -> MinuteCounts:

@@ -68,9 +68,21 @@ format: install
 demo: install
 	$(PYTHON) -m streams demo
 
-bench: install
-	@set -e; for script in tests/bench/*.py; do \
-		echo "== $$script"; $(PYTHON) $$script; \
+# Benchmarks that need Kafka use $$KAFKA_BOOTSTRAP; if unset, a broker of our own
+# is started on BENCH_PORT (data in .cache/bench-broker) and stopped afterwards.
+BENCH_PORT ?= 29092
+BENCH_CONTROLLER_PORT ?= 29093
+BENCH_BROKER = --port $(BENCH_PORT) --controller-port $(BENCH_CONTROLLER_PORT) --data-dir $(CACHE)/bench-broker
+
+bench: install jars
+	@set -e; \
+	if [ -z "$${KAFKA_BOOTSTRAP:-}" ]; then \
+		trap '$(PYTHON) -m streams broker stop $(BENCH_BROKER)' EXIT; \
+		$(PYTHON) -m streams broker start $(BENCH_BROKER); \
+		export KAFKA_BOOTSTRAP=127.0.0.1:$(BENCH_PORT); \
+	fi; \
+	for script in tests/bench/*.py; do \
+		echo "== $$script (KAFKA_BOOTSTRAP=$$KAFKA_BOOTSTRAP)"; $(PYTHON) $$script; \
 	done
 
 clean:

@@ -280,3 +280,59 @@ def test_first_event_of_new_session_topic_is_routed_fast(
     if announce:
         # Announcements must beat the 1 s periodic refresh on average.
         assert sorted(latencies)[1] < 1.0, latencies
+
+
+def test_sdk_session_start_reaches_events_fast(settings: Settings) -> None:
+    """End to end through the publisher SDK: topic creation + JSON announcement +
+    ``session_start``; the router must route it well within the 5 s budget."""
+    from streams.sdk import Publisher
+
+    config = RouterConfig(batch_max_ms=20, status_interval_s=0)
+    router = Router(settings, config)
+    router.start()
+    thread = _run_in_thread(router)
+    reader = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "group.id": "sdk-pickup-reader",
+            "isolation.level": "read_committed",
+            "fetch.wait.max.ms": 10,
+        }
+    )
+    latencies: list[float] = []
+    try:
+        deadline = time.monotonic() + 30
+        while not router.assigned_topics:  # the control topic at least
+            assert time.monotonic() < deadline, "router never got its initial assignment"
+            time.sleep(0.05)
+        md = reader.list_topics(settings.events_topic, timeout=10)
+        reader.assign(
+            [
+                TopicPartition(settings.events_topic, p, OFFSET_BEGINNING)
+                for p in md.topics[settings.events_topic].partitions
+            ]
+        )
+        with Publisher(settings) as pub:
+            for i in range(3):
+                sid = f"sdk-{i}"
+                start = time.monotonic()
+                session = pub.session(sid, agent_id="test")
+                session.start()
+                pub.flush(10)
+                seen = None
+                while seen is None and time.monotonic() - start < 10:
+                    for m in reader.consume(100, timeout=0.05):
+                        if m.error() is None and m.key() == sid.encode():
+                            assert SERDE.decode(m.value()).type == "session_start"
+                            seen = time.monotonic() - start
+                assert seen is not None, f"{sid}: not routed within 10 s"
+                latencies.append(seen)
+                session.end()
+    finally:
+        router.request_stop()
+        thread.join(30)
+        router.close()
+        reader.close()
+    print("\nSDK session_start -> events: " + ", ".join(f"{x * 1000:.0f} ms" for x in latencies))
+    assert router.stats().announcements >= 3
+    assert max(latencies) < 5.0, latencies

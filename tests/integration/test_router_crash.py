@@ -182,6 +182,7 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
     )
     log_text = log_path.read_text()
     assert "stopped: routed" in log_text  # SIGTERM path committed and exited cleanly
+    assert "router: routed " in log_text and "/s) dlq 0 (" in log_text  # status lines
 
     everything = EventsReader(settings, "read_uncommitted")
     try:

@@ -4,6 +4,7 @@ changelog-backed tables that survive restarts and crashes:
   sessions  counters (events, tool calls, errors, tokens, last seq) + recent events
   budgets   the latest budget event + model_step tokens seen since
   minutes   tool calls and errors per session per event-time minute
+  engines   the core detector/observer engine state (patterns, assessments)
 
 Each event is applied exactly once per table: a redelivered event (same or
 older seq) is ignored, so a crash + restart never double-counts.  Messages that
@@ -51,6 +52,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no-web", action="store_true", help="do not start the HTTP view")
     parser.add_argument("--worker-id", help="client id; also a sub-folder of --data-dir")
     parser.add_argument(
+        "--config",
+        help="engine config file (YAML or JSON: analysis thresholds, observer profiles); "
+        "default: the built-in spec defaults",
+    )
+    parser.add_argument(
+        "--no-engine",
+        action="store_true",
+        help="only counters/budget/minute tables, no detectors (cheaper per event)",
+    )
+    parser.add_argument(
         "--loglevel",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -66,6 +77,11 @@ def run(args: argparse.Namespace) -> int:
     from streams.settings import Settings
 
     settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
+    engine_config = None
+    if args.config:
+        from streams.core.config import load_config
+
+        engine_config = load_config(args.config)
     partitions = ensure_topics(settings)
     worker_app = create_app(
         settings,
@@ -75,6 +91,8 @@ def run(args: argparse.Namespace) -> int:
         web_enabled=not args.no_web,
         worker_id=args.worker_id,
         partitions=partitions,
+        with_engine=not args.no_engine,
+        engine_config=engine_config,
     )
     print(
         f"trajectory worker: {settings.events_topic} ({partitions} partitions) on "

@@ -12,6 +12,16 @@ Invariants:
   error signature, ...).  The builder emits a pattern when it is newly detected
   or its key changes, and counts ``occurrences`` per ``(pattern_type, key)``.
 * ``first_seen_ms`` is event time of the call that made the pattern fire.
+
+Confidence scale (shared by all built-in detectors, so a consumer can map
+type + confidence to a severity):
+
+* >= 0.9 — near-certain: an exact action repeated ``threshold`` times with
+  identical results, or ``threshold + 1`` times (``doom_loop``); 1.0 beyond.
+* 0.6-0.9 — strong: exact multi-action cycles, the same informative error from
+  the same invocation (``repeated_error``), long failure streaks.
+* < 0.6 — weak/heuristic: fuzzy cycles (<= 0.6), no-progress stalls (<= 0.6),
+  thrashing (<= 0.8, usually 0.3-0.5), drift (<= 0.7), context degradation.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
 """Drift: recent activity wanders away from the task's initial scope.
 
-The scope is the session's task text (``session_start`` metadata ``task``) plus
-the first ``scope_paths`` distinct paths the agent touched.  A path is in scope
+The scope is the paths the session's task text names (``session_start``
+metadata ``task``: ``a/b/c.py`` tokens and dotted module names) plus the first
+``scope_paths`` distinct paths the agent touched.  Files the agent itself
+created are its own work: never scope, never drift.  A path is in scope
 when its directory shares a prefix of ``prefix_depth`` components with a scope
 path's directory, or its file name appears in the task text.  Drift fires when at
 least ``min_fraction`` of the last ``recent`` path-bearing calls are out of scope
@@ -11,6 +13,7 @@ O(scope_paths) per path-bearing call.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +21,16 @@ from typing import Any
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Drift, ToolCallRecord
 
+_TASK_PATH = re.compile(r"[A-Za-z_][\w\-]*(?:[/.][\w\-]+){2,}")
+
 
 @dataclass(frozen=True, slots=True)
 class DriftSnapshot:
     scope: tuple[str, ...]
     ring: tuple[tuple[str, bool, ToolCallRecord], ...]
+    own: tuple[str, ...] = ()
+    seeded: bool = False
+    touched: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,10 +53,7 @@ class DriftDetector:
             )
         logic = DriftLogic(self)
         if snapshot is not None:
-            logic.scope = list(snapshot.scope)
-            logic.prefixes = sorted({_dir_prefix(s, logic.cfg.prefix_depth) for s in logic.scope})
-            logic.ring.extend(snapshot.ring)
-            logic.out = sum(1 for _, ins, _ in logic.ring if not ins)
+            logic.restore(snapshot)
         return logic
 
 
@@ -57,30 +62,65 @@ def _dir_prefix(path: str, depth: int) -> str:
     return "/".join(parts[:depth])
 
 
+def task_paths(task: str, limit: int = 10) -> list[str]:
+    """Paths the task text names: ``a/b/c.py`` tokens and dotted module names
+    (``pkg.sub.mod`` → ``pkg/sub/mod``), first ``limit`` distinct ones."""
+    found: list[str] = []
+    for m in _TASK_PATH.finditer(task[:20_000]):
+        token = m.group(0).strip(".")
+        if "/" not in token:
+            parts = token.split(".")
+            if len(parts) < 3 or not all(p.isidentifier() for p in parts):
+                continue
+            token = "/".join(parts)
+        if token not in found:
+            found.append(token)
+            if len(found) >= limit:
+                break
+    return found
+
+
 class DriftLogic:
-    __slots__ = ("cfg", "out", "prefixes", "ring", "scope")
+    __slots__ = ("cfg", "out", "own", "prefixes", "ring", "scope", "seeded", "touched")
 
     def __init__(self, cfg: DriftDetector) -> None:
         self.cfg = cfg
-        self.scope: list[str] = []
-        self.prefixes: list[str] = []
-        self.ring: deque[tuple[str, bool, ToolCallRecord]] = deque()
-        self.out = 0
+        self.reset()
 
     @property
     def name(self) -> str:
         return "drift"
 
     def reset(self) -> None:
-        self.scope = []
-        self.prefixes = []
-        self.ring.clear()
+        self.scope: list[str] = []
+        self.prefixes: list[str] = []
+        self.own: dict[str, None] = {}
+        self.ring: deque[tuple[str, bool, ToolCallRecord]] = deque()
         self.out = 0
+        self.seeded = False
+        self.touched = 0  # scope paths taken from the agent's own first calls
 
     def snapshot(self) -> DriftSnapshot:
-        return DriftSnapshot(tuple(self.scope), tuple(self.ring))
+        return DriftSnapshot(
+            tuple(self.scope), tuple(self.ring), tuple(self.own), self.seeded, self.touched
+        )
+
+    def restore(self, snap: DriftSnapshot) -> None:
+        self.reset()
+        self.scope = list(snap.scope)
+        self._reprefix()
+        self.ring.extend(snap.ring)
+        self.out = sum(1 for _, ins, _ in self.ring if not ins)
+        self.own = dict.fromkeys(snap.own)
+        self.seeded = snap.seeded
+        self.touched = snap.touched
+
+    def _reprefix(self) -> None:
+        self.prefixes = sorted({_dir_prefix(s, self.cfg.prefix_depth) for s in self.scope})
 
     def _in_scope(self, path: str, task: str | None) -> bool:
+        if path in self.own:
+            return True
         depth = self.cfg.prefix_depth
         prefix = _dir_prefix(path, depth)
         name = path.rsplit("/", 1)[-1]
@@ -93,13 +133,26 @@ class DriftLogic:
 
     def detect(self, analysis: AnalysisView) -> Drift | None:
         rec = analysis.last_call
-        if rec is None or rec.resource is None:
-            return None if rec is None or not self.ring else self._current(analysis)
+        if rec is None:
+            return None
+        if not self.seeded:
+            self.seeded = True
+            if analysis.task:
+                self.scope.extend(task_paths(analysis.task))
+                self._reprefix()
         path = rec.resource
-        if len(self.scope) < self.cfg.scope_paths:
-            if path not in self.scope:
+        if path is None:
+            return self._current(analysis) if self.ring else None
+        if rec.kind == "create":
+            # the agent's own scratch files are neither scope nor drift
+            if path not in self.own and len(self.own) < 256:
+                self.own[path] = None
+            return self._current(analysis) if self.ring else None
+        if self.touched < self.cfg.scope_paths:
+            if path not in self.scope and path not in self.own:
                 self.scope.append(path)
-                self.prefixes = sorted({_dir_prefix(s, self.cfg.prefix_depth) for s in self.scope})
+                self.touched += 1
+                self._reprefix()
             return None
         ins = self._in_scope(path, analysis.task)
         ring = self.ring
@@ -136,4 +189,4 @@ class DriftLogic:
         )
 
 
-__all__ = ["DriftDetector", "DriftLogic", "DriftSnapshot"]
+__all__ = ["DriftDetector", "DriftLogic", "DriftSnapshot", "task_paths"]

@@ -20,6 +20,7 @@ from streams.core.detectors import (
     ThrashingDetector,
     ToolAvoidanceDetector,
 )
+from streams.core.detectors.drift import task_paths
 from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
 from streams.core.patterns import (
@@ -419,6 +420,27 @@ class TestDrift:
             r.call(f"cat src/parser/m{i}.py")
         for _ in range(10):
             r.call("cat lib/deep/helpers.c")
+        assert r.fired_types() == []
+
+    def test_scratch_files_the_agent_created_are_not_drift(self) -> None:
+        r = Run(only(DriftDetector()), task="fix src/parser/core.py")
+        for i in range(5):
+            r.call(f"cat src/parser/m{i}.py")
+        for i in range(10):
+            r.call(f"touch scratch/deep/t{i}.py")
+            r.call(f"python scratch/deep/t{i}.py")
+        assert r.fired_types() == []
+
+    def test_task_paths_seed_the_scope(self) -> None:
+        assert task_paths("see astropy.modeling.separable and lib/x/y.c, v1.2.3") == [
+            "astropy/modeling/separable",
+            "lib/x/y.c",
+        ]
+        r = Run(only(DriftDetector()), task="the bug is in lib/core/engine.c")
+        for i in range(5):
+            r.call(f"cat docs/guide/p{i}.md")
+        for i in range(10):
+            r.call(f"cat lib/core/f{i}.c")  # named by the task: in scope
         assert r.fired_types() == []
 
 

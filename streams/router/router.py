@@ -166,6 +166,7 @@ class Router:
         self._rebalances = 0
         self._assigned: set[TopicPartition] = set()
         self._assigned_topics: set[str] = set()
+        self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
         self._pending = PendingTopics()
         self._t0 = time.monotonic()
         #: ``time.monotonic()`` of the first partition assignment (None before it):
@@ -356,13 +357,12 @@ class Router:
             max_message_bytes=self._max_bytes,
         )
         if isinstance(verdict, Accepted):
-            self._produce(
-                self._events_topic,
-                value,
-                verdict.session_id.encode("utf-8"),
-                msg.headers(),
-                msg.timestamp()[1],
-            )
+            key = self._keys.get(verdict.session_id)
+            if key is None:
+                if len(self._keys) >= 100_000:  # bounded: sessions come and go
+                    self._keys.clear()
+                key = self._keys[verdict.session_id] = verdict.session_id.encode("utf-8")
+            self._produce(self._events_topic, value, key, msg.headers(), msg.timestamp()[1])
             self._txn_routed += 1
         else:
             self._dead_letter(msg, verdict)
@@ -402,14 +402,11 @@ class Router:
     ) -> None:
         producer = self._producer
         assert producer is not None
-        kwargs: dict[str, Any] = {}
-        if timestamp_ms > 0:
-            kwargs["timestamp"] = timestamp_ms
-        if headers:
-            kwargs["headers"] = headers
+        # timestamp 0 = "now"; a negative one means the source had none.
+        ts = timestamp_ms if timestamp_ms > 0 else 0
         while True:
             try:
-                producer.produce(topic, value, key, **kwargs)
+                producer.produce(topic, value, key, timestamp=ts, headers=headers)
                 return
             except BufferError:
                 producer.poll(0.05)  # local queue full: let deliveries drain

@@ -213,3 +213,30 @@ def test_spec_defaults() -> None:
         cfg.stall_threshold,
     ) == (50, 3, 2, 0.8, 10, 5)
     assert len(cfg.detectors) == 8
+
+
+def test_snapshot_survives_the_canonical_state_codec() -> None:
+    """The engine stores ``snapshot()`` through ``streams.core.codec``: every value
+    in it must be a frozen ``streams.core`` dataclass or plain data, and decoding
+    must give an equal state that resumes identically."""
+    codec = pytest.importorskip("streams.core.codec")
+    from streams.core.detectors import DEFAULT_DETECTORS, FileChurnDetector
+
+    cfg = TrajectoryAnalysisConfig(detectors=(*DEFAULT_DETECTORS, FileChurnDetector()))
+    ev = Ev()
+    b = TrajectoryBuilder(cfg)
+    b.on_event(ev("session_start", metadata={"task": "fix src/a.py"}))
+    commands = ["make", "make", "make", "cat src/a.py", "sed -i 's/a/b/' src/a.py", "rm x.txt"]
+    for i in range(40):
+        cmd = commands[i % len(commands)] if i < 30 else "make"
+        b.on_event(ev("tool_call", tool_name="bash", call_id=str(i), input={"command": cmd}))
+        b.on_event(ev("tool_result", call_id=str(i), is_error=i % 4 == 0, error_message="E: x"))
+    b.note_suggestion("run_tests")
+    state = b.snapshot()
+    assert state.active  # something to carry (incl. a timedelta in ProgressStall)
+    back = codec.from_canonical(codec.to_canonical(state))
+    assert back == state
+    resumed = TrajectoryBuilder.build_from(cfg, back)
+    nxt = ev("tool_call", tool_name="bash", call_id="z", input={"command": "make"})
+    assert resumed.on_event(nxt) == b.on_event(nxt)
+    assert resumed.snapshot() == b.snapshot()

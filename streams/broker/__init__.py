@@ -13,7 +13,7 @@ See ``trajectory broker --help`` for the command line.
 from streams.broker.config import KAFKA_VERSION, BrokerConfig, server_properties
 from streams.broker.jars import cache_root, ensure_jars, kafka_home
 from streams.broker.local import BrokerStatus, LocalBroker, default_data_dir, find_java
-from streams.broker.probe import free_port, kafka_ready, parse_bootstrap, port_in_use
+from streams.broker.probe import free_port, free_ports, kafka_ready, parse_bootstrap, port_in_use
 from streams.broker.state import BrokerState, read_state
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "ensure_jars",
     "find_java",
     "free_port",
+    "free_ports",
     "kafka_home",
     "kafka_ready",
     "parse_bootstrap",

@@ -107,6 +107,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return port
 
 
+def free_ports(count: int, host: str = "127.0.0.1") -> tuple[int, ...]:
+    """``count`` distinct free ports (all held open while choosing, so no repeats)."""
+    socks = [socket.socket(socket.AF_INET, socket.SOCK_STREAM) for _ in range(count)]
+    try:
+        for sock in socks:
+            sock.bind((host, 0))
+        return tuple(int(sock.getsockname()[1]) for sock in socks)
+    finally:
+        for sock in socks:
+            sock.close()
+
+
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
     """First ``host:port`` of a bootstrap list."""
     first = bootstrap.split(",")[0].strip()
@@ -121,6 +133,7 @@ def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
 __all__ = [
     "BrokerInfo",
     "free_port",
+    "free_ports",
     "kafka_ready",
     "metadata_brokers",
     "parse_bootstrap",

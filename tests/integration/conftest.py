@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from streams.broker import LocalBroker, ensure_jars, free_port, kafka_ready, parse_bootstrap
+from streams.broker import LocalBroker, ensure_jars, free_ports, kafka_ready, parse_bootstrap
 from streams.core.errors import BrokerError
 from streams.settings import Settings
 
@@ -40,10 +40,11 @@ def _session_broker(base: Path) -> LocalBroker:
     auto_create = os.environ.get("TRAJECTORY_TEST_BROKER_AUTO_CREATE", "") in ("1", "true")
     errors: list[str] = []
     for attempt in range(1, START_ATTEMPTS + 1):
+        ports = free_ports(2)
         broker = LocalBroker(
             base / f"broker-{attempt}",
-            port=free_port(),
-            controller_port=free_port(),
+            port=ports[0],
+            controller_port=ports[1],
             auto_create_topics=auto_create,
         )
         try:

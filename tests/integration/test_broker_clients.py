@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from streams.broker import LocalBroker, free_port
+from streams.broker import LocalBroker, free_ports
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -26,7 +26,8 @@ N = 50
 @pytest.fixture(scope="module")
 def own_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     base: Path = tmp_path_factory.mktemp("own-kafka")
-    with LocalBroker(base, port=free_port(), controller_port=free_port()) as broker:
+    port, controller_port = free_ports(2)
+    with LocalBroker(base, port=port, controller_port=controller_port) as broker:
         yield broker.bootstrap
 
 

@@ -15,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from streams.broker import LocalBroker, ensure_jars, free_port, kafka_ready, port_in_use, read_state
+from streams.broker import (
+    LocalBroker,
+    ensure_jars,
+    free_ports,
+    kafka_ready,
+    port_in_use,
+    read_state,
+)
 from streams.broker.state import pid_alive
 from streams.core.errors import BrokerError
 
@@ -55,7 +62,7 @@ def _wait_gone(pid: int, timeout_s: float = 10.0) -> bool:
 
 
 def test_start_status_idempotent_start_and_clean_stop(tmp_path: Path) -> None:
-    port, controller_port = free_port(), free_port()
+    port, controller_port = free_ports(2)
     broker = LocalBroker(tmp_path / "kafka", port, controller_port)
     t = time.monotonic()
     ensure_jars()
@@ -110,7 +117,7 @@ def test_start_status_idempotent_start_and_clean_stop(tmp_path: Path) -> None:
 
 
 def test_cli_detached_start_survives_the_cli_and_status_tells_the_truth(tmp_path: Path) -> None:
-    port, controller_port = free_port(), free_port()
+    port, controller_port = free_ports(2)
     args = ("--data-dir", str(tmp_path / "k"), "--port", str(port))
     args += ("--controller-port", str(controller_port))
     status = _cli("status", *args)
@@ -142,7 +149,7 @@ def test_cli_detached_start_survives_the_cli_and_status_tells_the_truth(tmp_path
 
 
 def test_killed_broker_leaves_stale_state_that_start_replaces(tmp_path: Path) -> None:
-    port, controller_port = free_port(), free_port()
+    port, controller_port = free_ports(2)
     broker = LocalBroker(tmp_path / "k", port, controller_port)
     first = broker.start()
     assert first.pid is not None
@@ -161,11 +168,11 @@ def test_killed_broker_leaves_stale_state_that_start_replaces(tmp_path: Path) ->
 
 
 def test_port_held_by_another_process_is_a_clear_error(tmp_path: Path) -> None:
-    port, controller_port = free_port(), free_port()
+    port, controller_port = free_ports(2)
     holder = LocalBroker(tmp_path / "a", port, controller_port)
     holder.start()
     try:
-        other = LocalBroker(tmp_path / "b", port, free_port())
+        other = LocalBroker(tmp_path / "b", port, free_ports(1)[0])
         assert other.status().condition == "foreign"
         with pytest.raises(BrokerError, match=f"port {port} on 127.0.0.1 is already in use"):
             other.start()
@@ -175,7 +182,7 @@ def test_port_held_by_another_process_is_a_clear_error(tmp_path: Path) -> None:
 
 
 def test_broker_that_cannot_start_raises_with_the_log_tail(tmp_path: Path) -> None:
-    port, controller_port = free_port(), free_port()
+    port, controller_port = free_ports(2)
     bad = {"num.network.threads": "-5"}  # Kafka refuses it at config parsing
     # 1. on a fresh data dir the storage format step already refuses it
     with pytest.raises(BrokerError, match=r"formatting .* failed") as info:

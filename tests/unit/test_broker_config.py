@@ -242,3 +242,11 @@ def test_parse_bootstrap(text: str, expected: tuple[str, int]) -> None:
 def test_parse_bootstrap_rejects(text: str) -> None:
     with pytest.raises(BrokerError, match="host:port"):
         parse_bootstrap(text)
+
+
+def test_free_ports_are_distinct_and_bindable() -> None:
+    from streams.broker.probe import free_ports
+
+    ports = free_ports(5)
+    assert len(set(ports)) == 5
+    assert not any(port_in_use("127.0.0.1", p) for p in ports)

@@ -153,6 +153,10 @@ class EventProcessor:
             lambda: SessionCounters(session_id=sid),
         )
         new_session = session.apply(event)
+        if new_session is not None and engine_out is not None and engine_out.patterns:
+            new_session = new_session.with_patterns(
+                tuple(str(d.pattern.pattern_type) for d in engine_out.patterns)
+            )
         if new_session is not None:
             self.sessions[sid] = new_session.encode()
             self._sessions[sid] = new_session

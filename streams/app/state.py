@@ -25,7 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
 from streams.core.errors import StateDecodeError
@@ -96,6 +96,8 @@ class SessionCounters:
     last_event_ms: int | None = None
     ended: bool = False
     recent: tuple[dict[str, Any], ...] = ()
+    #: How often the core engine reported each pattern type as fired (not detected here).
+    patterns_fired: dict[str, int] = field(default_factory=dict)
 
     def apply(self, event: TraceEvent) -> SessionCounters | None:
         """The value after ``event``, or ``None`` when ``event.seq`` was already applied."""
@@ -124,6 +126,15 @@ class SessionCounters:
             ended=self.ended or event.type == "session_end",
             recent=recent,
         )
+
+    def with_patterns(self, pattern_types: tuple[str, ...]) -> SessionCounters:
+        """Count patterns the engine fired on the event just applied."""
+        if not pattern_types:
+            return self
+        counts = dict(self.patterns_fired)
+        for name in pattern_types:
+            counts[name] = counts.get(name, 0) + 1
+        return replace(self, patterns_fired=counts)
 
     def to_json(self) -> dict[str, Any]:
         out = _fields(self)

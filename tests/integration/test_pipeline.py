@@ -72,6 +72,15 @@ def test_simulated_fleet_reaches_worker_tables_exactly_once(
             if sid.endswith("-budget_burner") and state["model_steps"] >= 8:
                 budget = body["budget"]
                 assert budget["tokens_used"] > budget["max_tokens"], (sid, budget)
+            fired = state["patterns_fired"]
+            if sid.endswith("-looping") and state["tool_calls"] >= 6:
+                assert "doom_loop" in fired, (sid, fired)
+            if sid.endswith("-stalled") and state["tool_calls"] >= 8:
+                assert "progress_stall" in fired, (sid, fired)
+            if sid.endswith("-healthy"):
+                assert "doom_loop" not in fired, (sid, fired)
+            if sid.endswith("-budget_burner") and state["model_steps"] >= 8:
+                assert body["engine"]["assessment"]["severity"] in ("warning", "critical")
         assert sum(1 for s in expected if s.endswith("-healthy")) >= 4
     finally:
         code = worker.stop()

@@ -14,7 +14,7 @@ from streams.app.state import (
     SessionCounters,
     minute_key,
 )
-from streams.core.errors import StateDecodeError
+from streams.core.errors import InvalidEventError, StateDecodeError
 from streams.core.events import Budget, TraceEvent
 
 T0 = 1_767_225_600_000
@@ -157,3 +157,59 @@ def test_any_redelivery_pattern_equals_unique_application(seqs: list[int]) -> No
     assert state.tool_calls == sum(1 for q in unique if q % 2)
     assert state.input_tokens == sum(unique)  # every event carried input_tokens=seq
     assert p.duplicates == len(delivered) - len(unique)
+
+
+def _looping_events(n: int) -> list[TraceEvent]:
+    out: list[TraceEvent] = []
+    for i in range(n):
+        q = 2 * i
+        out.append(
+            ev(q, "tool_call", call_id=f"c{i}", tool_name="run_tests", input={"cmd": "pytest"})
+        )
+        out.append(
+            ev(
+                q + 1,
+                "tool_result",
+                call_id=f"c{i}",
+                tool_name="run_tests",
+                is_error=True,
+                error_message="AssertionError: assert 404 == 200",
+            )
+        )
+    return out
+
+
+def test_engine_table_counts_fired_patterns_once() -> None:
+    s: dict[str, bytes] = {}
+    e: dict[str, bytes] = {}
+    p = EventProcessor(s, {}, {}, e)
+    events = _looping_events(8)
+    for x in events + events[:6]:
+        p.apply(x)
+    state = SessionCounters.decode(s["s1"])
+    assert state.events == 16 and p.duplicates == 6
+    assert state.patterns_fired.get("doom_loop", 0) >= 1
+    assert "s1" in e
+    # a fresh processor over the same tables resumes the engine from its stored state
+    before = dict(state.patterns_fired)
+    p2 = EventProcessor(s, {}, {}, e)
+    assert p2.apply(events[-1]).applied is False
+    out = p2.apply(
+        ev(16, "tool_call", call_id="c9", tool_name="run_tests", input={"cmd": "pytest"})
+    )
+    assert out.applied and out.engine is not None and out.engine.applied
+    assert SessionCounters.decode(s["s1"]).events == 17
+    assert SessionCounters.decode(s["s1"]).patterns_fired.keys() >= before.keys()
+
+
+def test_engine_rejection_changes_no_table() -> None:
+    s: dict[str, bytes] = {}
+    b: dict[str, bytes] = {}
+    e: dict[str, bytes] = {}
+    p = EventProcessor(s, b, {}, e)
+    p.apply(ev(0, "tool_call", call_id="a", tool_name="read"))
+    snapshot = (dict(s), dict(b), dict(e))
+    with pytest.raises(InvalidEventError, match="budget"):
+        p.apply(ev(1, "budget"))  # a budget event without a budget
+    assert (s, b, e) == snapshot
+    assert p.apply(ev(1, "tool_call", call_id="b", tool_name="read")).applied

@@ -57,6 +57,7 @@ def test_simulated_fleet_reaches_worker_tables_exactly_once(
             )
         expected = {sid: {"last_seq": n - 1} for sid, n in report.events_per_session.items()}
         assert len(expected) >= 8
+        loops_checked = 0
         worker.wait_state(expected, timeout_s=150)
         for sid, n in report.events_per_session.items():
             status, body = worker.get(f"/sessions/{sid}/state")
@@ -75,6 +76,7 @@ def test_simulated_fleet_reaches_worker_tables_exactly_once(
             fired = state["patterns_fired"]
             if sid.endswith("-looping") and state["tool_calls"] >= 6:
                 assert "doom_loop" in fired, (sid, fired)
+                loops_checked += 1
             if sid.endswith("-stalled") and state["tool_calls"] >= 8:
                 assert "progress_stall" in fired, (sid, fired)
             if sid.endswith("-healthy"):
@@ -82,6 +84,7 @@ def test_simulated_fleet_reaches_worker_tables_exactly_once(
             if sid.endswith("-budget_burner") and state["model_steps"] >= 8:
                 assert body["engine"]["assessment"]["severity"] in ("warning", "critical")
         assert sum(1 for s in expected if s.endswith("-healthy")) >= 4
+        assert loops_checked >= 1  # the doom-loop check above really ran
     finally:
         code = worker.stop()
         router.terminate()

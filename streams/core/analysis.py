@@ -26,7 +26,8 @@ Event semantics:
 * An ``error`` without ``call_id`` is an agent-level error
   (``agent_error_count``), not a tool failure.
 * Control events (``session_start`` … ``restore``) are not trajectory actions;
-  ``session_start``'s ``metadata["task"]`` becomes ``task`` (Drift's scope).
+  ``session_start``'s ``metadata["task"]`` becomes ``task`` (Drift's scope),
+  cut to ``MAX_TASK_CHARS`` because it travels in every snapshot.
 * Time is event time only: ``duration_ms`` = last minus first event timestamp.
 
 Memory is bounded: the window deque, a capped tool-name set (``MAX_TOOL_NAMES``),
@@ -63,6 +64,8 @@ from streams.core.similarity import abbreviate, describe_action, error_signature
 DETECTOR_ENTRY_POINT_GROUP: Final = "trajectory_streams.detectors"
 MAX_TOOL_NAMES: Final = 1024
 MAX_FIRED_KEYS: Final = 256
+#: The task text kept (Drift's scope; it is part of every snapshot).
+MAX_TASK_CHARS: Final = 4096
 _RECENT_IDS: Final = 32
 
 
@@ -239,6 +242,10 @@ class TrajectoryAnalysis:
     def last_call(self) -> ToolCallRecord | None:
         return self.calls[-1] if self.calls else None
 
+    @property
+    def last_compact(self) -> ToolCallRecord | None:
+        return compact_record(self.calls[-1]) if self.calls else None
+
     def recent_tool_calls(self, n: int) -> tuple[ToolCallRecord, ...]:
         """The last ``n`` completed calls in the window, oldest first."""
         return self.calls[-n:] if n > 0 else ()
@@ -266,6 +273,16 @@ class TrajectoryAnalysis:
 
     def has_pattern(self, pattern_type: str) -> bool:
         return any(p.pattern_type == pattern_type for p in self.active_patterns)
+
+
+def compact_record(record: ToolCallRecord) -> ToolCallRecord:
+    """``record`` without its potentially large ``params`` and ``error_message``.
+
+    Detectors keep these in their bounded rings: everything they compare
+    (keys, kind, resource, signature) and cite (``params_summary``) stays, while
+    snapshots stop carrying each call's full arguments several times over.
+    """
+    return replace(record, params=None, error_message=None)
 
 
 def _text(value: JsonValue) -> str:
@@ -320,6 +337,7 @@ class TrajectoryBuilder:
 
     def _init_state(self) -> None:
         self._window: deque[ToolCallRecord] = deque(maxlen=self._cfg.window_size)
+        self._compact: ToolCallRecord | None = None
         self._errors: deque[ToolCallRecord] = deque()
         self._tool_counts: dict[str, int] = {}
         self._error_counts: dict[str, int] = {}
@@ -410,7 +428,7 @@ class TrajectoryBuilder:
         elif etype == "session_start":
             task = ev.metadata.get(META_TASK) if ev.metadata else None
             if task:
-                self._task = task
+                self._task = task[:MAX_TASK_CHARS]
         return ()
 
     def note_suggestion(self, tool_name: str) -> None:
@@ -473,6 +491,10 @@ class TrajectoryBuilder:
         if pending.call_id is not None:
             self._recent_ids.append(pending.call_id)
         self._append(record)
+        if record.params is None and record.error_message is None:
+            self._compact = record
+        else:
+            self._compact = compact_record(record)
         return self._run_detectors(record)
 
     def _append(self, record: ToolCallRecord) -> None:
@@ -562,6 +584,11 @@ class TrajectoryBuilder:
     @property
     def last_call(self) -> ToolCallRecord | None:
         return self._window[-1] if self._window else None
+
+    @property
+    def last_compact(self) -> ToolCallRecord | None:
+        """``last_call`` without ``params``/``error_message`` (what detectors keep)."""
+        return self._compact
 
     @property
     def task(self) -> str | None:
@@ -679,6 +706,7 @@ class TrajectoryBuilder:
                 self._errors.append(rec)
                 sig = rec.error_signature or ""
                 self._error_counts[sig] = self._error_counts.get(sig, 0) + 1
+        self._compact = compact_record(self._window[-1]) if self._window else None
         self._turns = state.turn_count
         self._tool_calls = state.tool_call_count
         self._error_total = state.error_count
@@ -718,6 +746,7 @@ _view_check2: type[AnalysisView] = TrajectoryAnalysis
 __all__ = [
     "DETECTOR_ENTRY_POINT_GROUP",
     "MAX_FIRED_KEYS",
+    "MAX_TASK_CHARS",
     "MAX_TOOL_NAMES",
     "AnalysisState",
     "PatternDetector",
@@ -727,6 +756,7 @@ __all__ = [
     "TrajectoryAnalysisConfig",
     "TrajectoryBuilder",
     "TrajectoryPattern",
+    "compact_record",
     "load_detector",
     "state_field_names",
 ]

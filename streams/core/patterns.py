@@ -222,7 +222,9 @@ class AnalysisView(Protocol):
     """What a detector may read: a live view or a built :class:`TrajectoryAnalysis`.
 
     ``last_call`` is the record just completed (detectors run once per
-    completed call); ``recent_tool_calls(n)`` is newest-last and O(n).
+    completed call); ``last_compact`` is the same record without ``params`` and
+    ``error_message`` — store that one in detector state to keep snapshots
+    small; ``recent_tool_calls(n)`` is newest-last and O(n).
     """
 
     @property
@@ -235,6 +237,8 @@ class AnalysisView(Protocol):
     def consecutive_errors(self) -> int: ...
     @property
     def last_call(self) -> ToolCallRecord | None: ...
+    @property
+    def last_compact(self) -> ToolCallRecord | None: ...
     @property
     def task(self) -> str | None: ...
     @property

@@ -110,7 +110,7 @@ class ContextDegradationLogic:
         symptom = None
         if rec.kind != "exec" and rec.kind != "other" and self.recent:
             symptom = self._symptom(rec)
-        self.recent.append(rec)
+        self.recent.append(analysis.last_compact or rec)
         syms = self.symptoms
         if symptom is not None:
             syms.append((rec.call_index, symptom, rec.cite()))

@@ -181,7 +181,7 @@ class DoomLoopLogic:
             ccount[length] += bit
             if len(self._bits) >= span:
                 ccount[length] -= self._bits[-span][length]
-        hist.append(rec)
+        hist.append(analysis.last_compact or rec)
         self._bits.append(tuple(bits))
 
         if self._run >= thr:

@@ -158,7 +158,7 @@ class DriftLogic:
         ring = self.ring
         if len(ring) >= self.cfg.recent and not ring.popleft()[1]:
             self.out -= 1
-        ring.append((path, ins, rec))
+        ring.append((path, ins, analysis.last_compact or rec))
         if not ins:
             self.out += 1
         return self._current(analysis)

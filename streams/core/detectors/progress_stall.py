@@ -190,7 +190,7 @@ class ProgressStallLogic:
         elif self._fail_start == 0:
             self._fail_start = rec.call_index
             self._fail_ms = rec.timestamp_ms
-        self._recent.append(rec)
+        self._recent.append(analysis.last_compact or rec)
         if is_progress(rec, self._ind, new_path):
             self._last_idx = rec.call_index
             self._last_ms = rec.timestamp_ms

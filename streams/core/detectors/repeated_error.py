@@ -103,7 +103,7 @@ class RepeatedErrorLogic:
         if rec is None:
             return None
         sig = None if rec.success else (rec.error_signature or "")
-        self._push((sig, rec))
+        self._push((sig, analysis.last_compact or rec))
         if sig and self._counts[sig] >= self._min:
             self._current = sig
         elif self._current is not None and self._counts.get(self._current, 0) < self._min:

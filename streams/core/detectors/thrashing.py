@@ -109,7 +109,7 @@ class ThrashingLogic:
             return None
         verb = rec.verb if rec.kind in _ACTING else None
         self.push(verb)
-        self.recent.append(rec)
+        self.recent.append(analysis.last_compact or rec)
         last = self.last
         if (
             last is not None
@@ -121,7 +121,7 @@ class ThrashingLogic:
             self.alt_len += 1
         else:
             self.alt_len = 1 if rec.kind in _RW else 0
-        self.last = rec
+        self.last = analysis.last_compact or rec
         if self.alt_len >= self.alt_need:
             conf = min(0.8, 0.45 + 0.05 * (self.alt_len - self.alt_need))
             subject = rec.resource or rec.verb

@@ -28,7 +28,8 @@ Event semantics:
 * Control events (``session_start`` … ``restore``) are not trajectory actions;
   ``session_start``'s ``metadata["task"]`` becomes ``task`` (Drift's scope),
   cut to ``MAX_TASK_CHARS`` because it travels in every snapshot.
-* Time is event time only: ``duration_ms`` = last minus first event timestamp.
+* Time is event time only: ``duration_ms`` = latest minus earliest event
+  timestamp seen (robust to out-of-order delivery).
 
 Memory is bounded: the window deque, a capped tool-name set (``MAX_TOOL_NAMES``),
 a capped firing-count table (``MAX_FIRED_KEYS``), and each detector's own
@@ -370,11 +371,15 @@ class TrajectoryBuilder:
     def on_event(self, ev: TraceEvent) -> tuple[TrajectoryPattern, ...]:
         """Apply one event; return the patterns that *fired* on it."""
         ts = ev.timestamp_ms
-        if self._first_ts is None:
+        first = self._first_ts
+        if first is None:
             self._first_ts = ts
             self._last_ts = ts
-        elif self._last_ts is not None and ts > self._last_ts:
-            self._last_ts = ts
+        elif ts > first:
+            if self._last_ts is None or ts > self._last_ts:
+                self._last_ts = ts
+        elif ts < first:
+            self._first_ts = ts  # late, out-of-order event: the span grows backwards
         etype = ev.type
         if etype == "tool_call":
             fired: tuple[TrajectoryPattern, ...] = ()

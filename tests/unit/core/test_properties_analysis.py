@@ -263,7 +263,9 @@ def test_no_event_sequence_raises(events: list[TraceEvent], window: int) -> None
             b.note_suggestion(e.tool_name or "")
     a = b.build()
     assert len(a.calls) <= window
-    assert a.duration_ms >= 0
+    stamps = [e.timestamp_ms for e in events]
+    assert a.duration_ms == (max(stamps) - min(stamps) if stamps else 0)
+    assert a.tool_call_count >= len(a.calls)
     resumed = TrajectoryBuilder.build_from(b.config, b.snapshot())
     assert resumed.build() == a
 

@@ -129,27 +129,99 @@ def _to_plain(value: object, path: str, active: set[int]) -> Any:
     )
 
 
+#: Per dataclass: (tag, field names), or the error (path suffix, message) it raises.
+_CLASS_INFO: dict[type[Any], tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]] = {}
+
+
+def _class_info(cls: type[Any]) -> tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]:
+    info = _CLASS_INFO.get(cls)
+    if info is not None:
+        return info
+    params = getattr(cls, "__dataclass_params__", None)
+    result: tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]
+    if params is None or not params.frozen:
+        result = (
+            None,
+            ("", f"dataclass {cls.__qualname__} is not frozen; state values must be immutable"),
+        )
+    elif "<locals>" in cls.__qualname__:
+        result = (
+            None,
+            ("", f"dataclass {cls.__qualname__} is local to a function; it cannot be decoded"),
+        )
+    else:
+        bad = [f.name for f in dataclasses.fields(cls) if not f.init]
+        if bad:
+            result = (None, (f".{bad[0]}", "init=False field cannot be reconstructed"))
+        else:
+            names = tuple(f.name for f in dataclasses.fields(cls))
+            result = (f"{cls.__module__}:{cls.__qualname__}", names)
+    _CLASS_INFO[cls] = result
+    return result
+
+
 def _dataclass_to_plain(value: Any, path: str, active: set[int]) -> Any:
-    cls = type(value)
     if isinstance(value, type):
         raise UnserializableError(path, f"class object {value.__qualname__}; expected an instance")
-    params = getattr(cls, "__dataclass_params__", None)
-    if params is None or not params.frozen:
-        raise UnserializableError(
-            path, f"dataclass {cls.__qualname__} is not frozen; state values must be immutable"
-        )
-    if "<locals>" in cls.__qualname__:
-        raise UnserializableError(
-            path, f"dataclass {cls.__qualname__} is local to a function; it cannot be decoded"
-        )
+    tag, rest = _class_info(type(value))
+    if tag is None:
+        suffix, message = cast("tuple[str, str]", rest)
+        raise UnserializableError(path + suffix, message)
     fields_out: dict[str, Any] = {}
-    for f in dataclasses.fields(value):
-        if not f.init:
-            raise UnserializableError(
-                f"{path}.{f.name}", "init=False field cannot be reconstructed"
-            )
-        fields_out[f.name] = _to_plain(getattr(value, f.name), f"{path}.{f.name}", active)
-    return {_TAG: f"{cls.__module__}:{cls.__qualname__}", _FIELDS: fields_out}
+    for name in rest:
+        fields_out[name] = _to_plain(getattr(value, name), f"{path}.{name}", active)
+    return {_TAG: tag, _FIELDS: fields_out}
+
+
+class _Slow(Exception):
+    """Raised by the fast walk on anything unusual; the path-tracking walk then
+    runs to produce the error with its field path (or the exact result)."""
+
+
+def _fast_plain(value: object, active: set[int]) -> Any:
+    """:func:`_to_plain` without building path strings (the hot path: state is
+    encoded per event).  Any doubt raises :class:`_Slow`."""
+    vtype = type(value)
+    if vtype is str or vtype is int or vtype is bool or value is None:
+        return value
+    if vtype is float:
+        if not math.isfinite(cast(float, value)):
+            raise _Slow
+        return value
+    ident = id(value)
+    if ident in active:
+        raise _Slow
+    if vtype is tuple or vtype is list:
+        active.add(ident)
+        arr = [_fast_plain(v, active) for v in cast("tuple[object, ...] | list[object]", value)]
+        active.discard(ident)
+        return arr if vtype is tuple else {_LIST: arr}
+    if vtype is dict:
+        active.add(ident)
+        out: dict[str, Any] = {}
+        for k, v in cast("dict[object, object]", value).items():
+            if type(k) is not str or k.startswith("!"):
+                raise _Slow
+            out[k] = _fast_plain(v, active)
+        active.discard(ident)
+        return out
+    if vtype is timedelta:
+        td = cast(timedelta, value)
+        return {_TD: [td.days, td.seconds, td.microseconds]}
+    info = _CLASS_INFO.get(vtype)
+    if info is not None and info[0] is not None:
+        active.add(ident)
+        fields_out = {n: _fast_plain(getattr(value, n), active) for n in info[1]}
+        active.discard(ident)
+        return {_TAG: info[0], _FIELDS: fields_out}
+    raise _Slow
+
+
+def _plain(value: object, root: str) -> Any:
+    try:
+        return _fast_plain(value, set())
+    except _Slow:
+        return _to_plain(value, root, set())
 
 
 def _dumps(plain: Any, root: str, original: object) -> bytes:
@@ -198,7 +270,7 @@ def _find_unencodable(value: object, path: str, seen: set[int]) -> str | None:
 
 def to_canonical(value: object, root: str = "state") -> bytes:
     """Canonical JSON bytes of ``value``; :class:`UnserializableError` names a bad path."""
-    return _dumps(_to_plain(value, root, set()), root, value)
+    return _dumps(_plain(value, root), root, value)
 
 
 # --------------------------------------------------------------------------- decode
@@ -231,9 +303,12 @@ def _resolve(tag: object, path: str) -> type[Any]:
 
 
 def _from_plain(value: Any, path: str) -> Any:
-    if isinstance(value, list):
-        return tuple(_from_plain(v, f"{path}[{i}]") for i, v in enumerate(value))
-    if isinstance(value, dict):
+    vtype = type(value)
+    if vtype is str or vtype is int or vtype is float or vtype is bool or value is None:
+        return value
+    if vtype is list:
+        return tuple([_from_plain(v, f"{path}[{i}]") for i, v in enumerate(value)])
+    if vtype is dict:
         if _TAG in value:
             if set(value) != {_TAG, _FIELDS} or not isinstance(value[_FIELDS], dict):
                 raise StateDecodeError(f"{path}: malformed dataclass record (keys {sorted(value)})")
@@ -264,6 +339,38 @@ def _from_plain(value: Any, path: str) -> Any:
     return value
 
 
+def _fast_from_plain(value: Any) -> Any:
+    """:func:`_from_plain` without path strings; raises :class:`_Slow` on anything
+    unusual so the path-tracking decoder produces the error."""
+    vtype = type(value)
+    if vtype is str or vtype is int or vtype is float or vtype is bool or value is None:
+        return value
+    if vtype is list:
+        return tuple([_fast_from_plain(v) for v in value])
+    if vtype is dict:
+        if _TAG in value:
+            cls = _CLASS_CACHE.get(value[_TAG]) if type(value[_TAG]) is str else None
+            fields_in = value.get(_FIELDS)
+            if cls is None or len(value) != 2 or type(fields_in) is not dict:
+                raise _Slow
+            try:
+                return cls(**{k: _fast_from_plain(v) for k, v in fields_in.items()})
+            except (TypeError, ValueError) as exc:
+                raise _Slow from exc
+        for k in value:
+            if k.startswith("!"):
+                raise _Slow
+        return {k: _fast_from_plain(v) for k, v in value.items()}
+    raise _Slow
+
+
+def _decode_plain(plain: Any, root: str) -> Any:
+    try:
+        return _fast_from_plain(plain)
+    except _Slow:
+        return _from_plain(plain, root)
+
+
 def from_canonical(data: bytes, root: str = "state") -> Any:
     """Inverse of :func:`to_canonical` (raises :class:`StateDecodeError` on bad bytes)."""
     if not isinstance(data, (bytes, bytearray, memoryview)):
@@ -272,7 +379,7 @@ def from_canonical(data: bytes, root: str = "state") -> Any:
         plain = json.loads(bytes(data).decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise StateDecodeError(f"state bytes are not canonical JSON: {exc}") from exc
-    return _from_plain(plain, root)
+    return _decode_plain(plain, root)
 
 
 def encode_state(state: object) -> bytes:
@@ -282,7 +389,7 @@ def encode_state(state: object) -> bytes:
     if not isinstance(state, SessionState):
         raise UnserializableError("state", f"expected SessionState, got {type(state).__name__}")
     envelope = {"format": STATE_FORMAT, "version": STATE_VERSION, "state": state}
-    return _dumps(_to_plain(envelope, "", set()), "", envelope)
+    return _dumps(_plain(envelope, ""), "", envelope)
 
 
 def decode_state(data: bytes) -> Any:
@@ -311,7 +418,7 @@ def decode_state(data: bytes) -> Any:
         )
     if set(plain) != {"format", "version", "state"}:
         raise StateDecodeError(f"unexpected envelope keys {sorted(plain)}")
-    state = _from_plain(plain["state"], "state")
+    state = _decode_plain(plain["state"], "state")
     if not isinstance(state, SessionState):
         raise StateDecodeError(f"state payload is a {type(state).__name__}, not a SessionState")
     return state

@@ -311,3 +311,15 @@ def test_round_trip_session_states(state: SessionState) -> None:
     assert _same(back.analysis, state.analysis)
     assert back.current == state.current and back.history == state.history
     assert back.observer_states == state.observer_states and back.budget == state.budget
+
+
+@settings(max_examples=100, deadline=None)
+@given(states)
+def test_fast_and_path_tracking_encoders_agree(state: SessionState) -> None:
+    """The hot-path encoder/decoder (no path strings) must equal the path-tracking ones."""
+    from streams.core import codec
+
+    slow = codec._dumps(codec._to_plain(state, "state", set()), "state", state)
+    assert codec.to_canonical(state) == slow
+    plain = json.loads(slow)
+    assert codec._from_plain(plain, "state") == codec._decode_plain(plain, "state")

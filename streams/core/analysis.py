@@ -283,7 +283,26 @@ def compact_record(record: ToolCallRecord) -> ToolCallRecord:
     (keys, kind, resource, signature) and cite (``params_summary``) stays, while
     snapshots stop carrying each call's full arguments several times over.
     """
-    return replace(record, params=None, error_message=None)
+    r = record
+    return ToolCallRecord(
+        r.call_index,
+        r.tool_name,
+        r.params_summary,
+        None,
+        r.success,
+        None,
+        r.timestamp_ms,
+        r.call_id,
+        r.latency_ms,
+        r.output_summary,
+        r.exact_key,
+        r.coarse_key,
+        r.verb,
+        r.kind,
+        r.resource,
+        r.error_signature,
+        r.output_key,
+    )
 
 
 def _text(value: JsonValue) -> str:

@@ -18,6 +18,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -31,6 +32,8 @@ ActionKind: TypeAlias = Literal["read", "search", "write", "create", "delete", "
 
 #: Summaries are abbreviated to this many characters (deterministic ellipsis).
 SUMMARY_LIMIT: Final = 80
+#: Texts up to this length are memoized (bounded LRUs) by the pure helpers below.
+_MEMO_TEXT_LIMIT: Final = 1024
 
 _UUID = re.compile(
     r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"
@@ -196,6 +199,17 @@ def normalize_error(message: str) -> str:
     whitespace collapses; the result is lower-cased and capped at 200 chars so
     signatures stay small keys.  Idempotent.
     """
+    if len(message) <= _MEMO_TEXT_LIMIT:
+        return _normalize_memo(message)
+    return _normalize(message)
+
+
+@functools.lru_cache(maxsize=4096)
+def _normalize_memo(message: str) -> str:
+    return _normalize(message)
+
+
+def _normalize(message: str) -> str:
     text = message
     text = _UUID.sub("<uuid>", text)
     text = _ISO_TS.sub("<ts>", text)
@@ -368,30 +382,47 @@ def _classify(verb: str, words: list[str], text: str) -> ActionKind:
 
 
 def describe_action(tool_name: str, params: JsonValue) -> ActionInfo:
-    """Derive the :class:`ActionInfo` of a call (pure, deterministic)."""
+    """Derive the :class:`ActionInfo` of a call (pure, deterministic).
+
+    Results for short argument texts are memoized (bounded LRU): agents repeat
+    themselves, and this is the most expensive per-call step.
+    """
     text = params_text(params)
+    given: str | None = None
+    if isinstance(params, dict):
+        for key in _PATH_KEYS:
+            value = params.get(key)
+            if isinstance(value, str) and value:
+                given = value
+                break
+    if len(text) <= _MEMO_TEXT_LIMIT:
+        return _describe_memo(tool_name, text, given)
+    return _describe(tool_name, text, given)
+
+
+@functools.lru_cache(maxsize=4096)
+def _describe_memo(tool_name: str, text: str, given: str | None) -> ActionInfo:
+    return _describe(tool_name, text, given)
+
+
+def _describe(tool_name: str, text: str, given: str | None) -> ActionInfo:
     norm = " ".join(text.split())
     digest = hashlib.blake2b(norm.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
     exact_key = f"{tool_name}:{digest}"
     coarse_key = f"{tool_name}:{_DIGITS.sub('#', norm[:60])}"
     first_line = text.split("\n", 1)[0]
     words = _strip_prefix_words(first_line.split())
-    if tool_name.lower() in SHELL_TOOLS and words:
+    shell = tool_name.lower() in SHELL_TOOLS
+    if shell and words:
         verb = words[0].rsplit("/", 1)[-1] if not words[0].startswith("./") else words[0]
     else:
         verb = tool_name
         if words and tool_name.lower() in ("str_replace_editor", "editor", "file_editor"):
             verb = words[0]
-    kind = _classify(verb, words if tool_name.lower() in SHELL_TOOLS else [verb, *words], text)
-    resource: str | None = None
-    if isinstance(params, dict):
-        for key in _PATH_KEYS:
-            value = params.get(key)
-            if isinstance(value, str) and value:
-                resource = value
-                break
+    kind = _classify(verb, words if shell else [verb, *words], text)
+    resource = given
     if resource is None:
-        for word in reversed(words[1:] if tool_name.lower() in SHELL_TOOLS else words):
+        for word in reversed(words[1:] if shell else words):
             w = word.strip("'\"`;,()")
             if w.startswith("-") or not w or "<" in w or ">" in w or "=" in w:
                 continue

@@ -151,13 +151,19 @@ def report(label: str, sessions: Sequence[Sequence[TraceEvent]], repeat: int) ->
     n = sum(len(s) for s in sessions)
     calls = sum(1 for s in sessions for e in s if e.type == "tool_call")
     print(f"== {label}: {len(sessions)} sessions, {n} events ({calls} tool calls)")
-    results = {}
+    # Interleave the two windows and keep each one's best pass, so a noisy
+    # neighbour on a shared machine skews both alike.
+    results = {50: float("inf"), 500: float("inf")}
+    fired = {50: 0, 500: 0}
+    for _ in range(repeat):
+        for window in (50, 500):
+            secs, fired[window] = run(sessions, window, 1)
+            results[window] = min(results[window], secs)
     for window in (50, 500):
-        secs, fired = run(sessions, window, repeat)
-        results[window] = secs
+        secs = results[window]
         print(
             f"window {window:>3}: {n / secs:>10,.0f} events/s  {secs * 1e6 / n:6.2f} µs/event  "
-            f"{calls / secs:>9,.0f} calls/s  patterns fired {fired}"
+            f"{calls / secs:>9,.0f} calls/s  patterns fired {fired[window]}"
         )
     print(f"ratio window500/window50 time: {results[500] / results[50]:.3f}")
 

@@ -240,3 +240,17 @@ def test_snapshot_survives_the_canonical_state_codec() -> None:
     nxt = ev("tool_call", tool_name="bash", call_id="z", input={"command": "make"})
     assert resumed.on_event(nxt) == b.on_event(nxt)
     assert resumed.snapshot() == b.snapshot()
+
+
+def test_compact_record_drops_only_params_and_error_message() -> None:
+    from dataclasses import replace
+
+    from streams.core.analysis import compact_record
+
+    ev = Ev()
+    b = TrajectoryBuilder(TrajectoryAnalysisConfig(detectors=()))
+    b.on_event(ev("tool_call", tool_name="bash", call_id="1", input={"command": "make all"}))
+    b.on_event(ev("tool_result", call_id="1", is_error=True, error_message="E: boom", output="o"))
+    rec = b.build().calls[0]
+    assert compact_record(rec) == replace(rec, params=None, error_message=None)
+    assert b.last_compact == compact_record(rec)

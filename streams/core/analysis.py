@@ -624,6 +624,14 @@ class TrajectoryBuilder:
             return 0
         return self._last_ts - self._first_ts
 
+    @property
+    def duration(self) -> timedelta:
+        return timedelta(milliseconds=self.duration_ms)
+
+    @property
+    def unique_tools_used(self) -> frozenset[str]:
+        return frozenset(self._tools)
+
     def recent_tool_calls(self, n: int) -> tuple[ToolCallRecord, ...]:
         if n <= 0:
             return ()

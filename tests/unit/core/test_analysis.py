@@ -57,6 +57,7 @@ def test_counters_and_pairing() -> None:
     assert a.unique_tools_used == frozenset({"bash", "read_file"})
     assert a.task == "fix x"
     assert a.duration_ms == 9000 and a.duration == timedelta(seconds=9)
+    assert b.duration == a.duration and b.unique_tools_used == a.unique_tools_used
     assert [c.call_index for c in a.recent_tool_calls(5)] == [1, 2, 3]
     assert [c.tool_name for c in a.recent_errors(1)] == ["bash"]
     assert a.tool_frequency() == {"bash": 2, "read_file": 1}

@@ -59,6 +59,7 @@ from streams.core.observers import (
     should_trigger,
     time_trigger_due,
 )
+from streams.core.patterns import TrajectoryPattern
 
 if TYPE_CHECKING:
     from streams.core.config import EngineConfig
@@ -71,7 +72,7 @@ class AnalysisBuilder(AnalysisView, Protocol):
     (no per-event copy via ``build()``).
     """
 
-    def on_event(self, event: TraceEvent) -> Sequence[Any]: ...
+    def on_event(self, event: TraceEvent) -> Sequence[TrajectoryPattern]: ...
     def build(self) -> AnalysisView: ...
     def snapshot(self) -> Any: ...
     def note_suggestion(self, tool_name: str) -> None: ...
@@ -99,7 +100,7 @@ class PatternDetection:
     seq: int
     call_index: int
     timestamp_ms: int
-    pattern: Any
+    pattern: TrajectoryPattern
 
 
 @dataclass(frozen=True, slots=True)
@@ -502,9 +503,13 @@ class SessionEngine:
         self._snapshots = (*kept, (sid, point))[-self._cfg.max_snapshots :]
 
     def _restore(self, ev: TraceEvent) -> None:
-        """Go back to a restore point; ``last_seq`` moves forward (dedupe stays monotonic)."""
+        """Go back to a restore point; ``last_seq`` and the event clock move forward
+        (dedupe and event time stay monotonic), everything else is the point's."""
         point = dict(self._snapshots)[ev.metadata[META_SNAPSHOT_ID]]
-        self._load(replace(point, last_seq=ev.seq))
+        last_event = point.last_event_ms
+        if last_event is None or ev.timestamp_ms > last_event:
+            last_event = ev.timestamp_ms
+        self._load(replace(point, last_seq=ev.seq, last_event_ms=last_event))
 
 
 def _watches_deadline(oc: ObserverConfig) -> bool:

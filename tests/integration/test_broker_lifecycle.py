@@ -198,3 +198,39 @@ def test_broker_that_cannot_start_raises_with_the_log_tail(tmp_path: Path) -> No
     assert "num.network.threads" in str(info.value)
     assert not broker.config.state_path.exists()
     assert not port_in_use("127.0.0.1", port)
+
+
+def test_foreground_logs_to_the_terminal_and_stops_cleanly_on_sigterm(tmp_path: Path) -> None:
+    port, controller_port = free_ports(2)
+    data_dir = tmp_path / "fg"
+    flags = ["--data-dir", str(data_dir), "--port", str(port)]
+    flags += ["--controller-port", str(controller_port)]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CLI, "start", "--foreground", *flags],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("broker ready at"):
+                break
+        assert lines and lines[-1].strip().startswith(f"broker ready at 127.0.0.1:{port}"), lines
+        assert any("(KafkaRaftServer)" in line for line in lines)  # log4j -> terminal
+        status = LocalBroker(data_dir, port, controller_port).status()
+        assert status.running
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0, "".join(lines) + rest
+    assert not (data_dir / "broker.json").exists()
+    assert status.pid is not None and _wait_gone(status.pid)
+    assert not port_in_use("127.0.0.1", port)
+    assert not (data_dir / "logs" / "server.log").exists()  # it logged to the terminal

@@ -44,7 +44,7 @@ OBSERVER_KINDS: Final[dict[str, Callable[..., TrajectoryObserver]]] = {
 }
 DEFAULT_PROFILE: Final = "default"
 
-Threshold = bool | int | float | str
+Threshold = bool | int | float
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,9 +218,10 @@ def _observers_from(data: object, path: str) -> tuple[ObserverSpec, ...]:
         _check_keys(raw, f"{ipath}.thresholds", allowed)
         thresholds: list[tuple[str, Threshold]] = []
         for key, value in raw.items():
-            if not isinstance(value, (bool, int, float, str)):
+            if not isinstance(value, (bool, int, float)):
                 raise ConfigError(
-                    f"{ipath}.thresholds.{key}", f"expected a number, got {_tname(value)}"
+                    f"{ipath}.thresholds.{key}",
+                    f"expected a number or true/false, got {_tname(value)}",
                 )
             thresholds.append((key, value))
         spec = ObserverSpec(name=name, trigger=trigger, thresholds=tuple(sorted(thresholds)))

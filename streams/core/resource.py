@@ -90,6 +90,9 @@ class ResourceObserver:
                 f"expected an int >= 0, got {self.pace_min_elapsed_ms!r}",
             )
 
+        if not isinstance(self.pace, bool):
+            raise ConfigError("thresholds.pace", f"expected true/false, got {self.pace!r}")
+
     @property
     def name(self) -> str:
         return "Resources"

@@ -179,6 +179,30 @@ history_size: 4
             },
             "observers[1].name",
         ),
+        (
+            {
+                "observers": [
+                    {
+                        "name": "resource",
+                        "trigger": {"on_every_call": True},
+                        "thresholds": {"pace": "yes"},
+                    }
+                ]
+            },
+            "observers[0].thresholds.pace",
+        ),
+        (
+            {
+                "observers": [
+                    {
+                        "name": "resource",
+                        "trigger": {"on_every_call": True},
+                        "thresholds": {"pace": 1},
+                    }
+                ]
+            },
+            "observers[0].thresholds.pace",
+        ),
         ({"profiles": [1]}, "profiles"),
         (
             {"profiles": {"x": [{"name": "resource", "trigger": {"nope": 1}}]}},

@@ -255,3 +255,32 @@ def test_compact_record_drops_only_params_and_error_message() -> None:
     rec = b.build().calls[0]
     assert compact_record(rec) == replace(rec, params=None, error_message=None)
     assert b.last_compact == compact_record(rec)
+
+
+def test_state_stays_bounded_on_endless_novel_input() -> None:
+    """Unique tools, paths, errors and ids forever: the snapshot stops growing."""
+    from streams.core.analysis import MAX_FIRED_KEYS, MAX_TOOL_NAMES
+
+    ev = Ev()
+    b = TrajectoryBuilder(TrajectoryAnalysisConfig(window_size=20))
+
+    def feed(start: int, stop: int) -> None:
+        for i in range(start, stop):
+            tool = f"tool{i}" if i % 3 else "bash"
+            cmd = {"command": f"cat dir{i}/file{i}.py"} if tool == "bash" else {"path": f"p{i}"}
+            b.on_event(ev("tool_call", tool_name=tool, call_id=f"id{i}", input=cmd))
+            b.on_event(
+                ev("tool_result", call_id=f"id{i}", is_error=i % 2 == 0, error_message=f"E{i}: x")
+            )
+            b.note_suggestion(f"suggested{i}")
+
+    feed(0, 6000)  # every cap (paths seen: 2048) is saturated by now
+    size_a = len(repr(b.snapshot()))
+    feed(6000, 12000)
+    state = b.snapshot()
+    size_b = len(repr(state))
+    assert len(state.window) == 20
+    assert len(state.unique_tools) <= MAX_TOOL_NAMES
+    assert len(state.fired) <= MAX_FIRED_KEYS
+    assert len(state.suggestions) <= 64
+    assert size_b < 1.05 * size_a, (size_a, size_b)

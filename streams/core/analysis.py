@@ -14,6 +14,17 @@ Contract notes (deviations from ``docs/architecture.md`` are listed here):
 * ``tool_frequency()`` / ``error_frequency()`` / ``recent_*`` are over the
   window (the last ``window_size`` completed calls); the scalar counters
   (``tool_call_count``, ``error_count``, ...) are over the whole session.
+* ``ToolCallRecord`` carries, beyond the contract's fields, values derived once
+  at completion (``exact_key``, ``coarse_key``, ``verb``, ``kind``,
+  ``resource``, ``error_signature``, ``output_key``) so detectors never re-parse
+  arguments; ``error_frequency()`` keys are those ``error_signature`` values.
+* Patterns have a ``key`` (which instance of the type: loop signature, error
+  signature, ...) — "fired" means newly detected or a different key; while the
+  same key stays active its details (repetitions, confidence, evidence) are
+  refreshed in ``patterns()`` without firing again.
+* The builder is itself an ``AnalysisView`` (``last_call``, ``last_compact``,
+  ``suggested_tools()``, ``task`` besides the spec's members); ``build()``
+  returns an immutable :class:`TrajectoryAnalysis` copy.
 
 Event semantics:
 

@@ -478,6 +478,10 @@ class PatternRecord:
     occurrences: int = 1
     first_seen_ms: int | None = None
     details: JsonValue = None
+    #: The originator session (``TraceEvent.parent_session_id``); None for a root.
+    parent_session_id: str | None = None
+    #: ``TraceEvent.agent_id`` of the session; None when the events carry none.
+    agent_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -492,6 +496,11 @@ class AssessmentWire:
     max_severity: str | None = None
     rendered: str = ""
     assessments: JsonValue = None
+    #: The originator session (``TraceEvent.parent_session_id``); None for a root.
+    #: Lets consumers follow a parent session and its sub-agent sessions.
+    parent_session_id: str | None = None
+    #: ``TraceEvent.agent_id`` of the session; None when the events carry none.
+    agent_id: str | None = None
 
 
 class PatternSerde(AvroSerde[PatternRecord]):
@@ -522,6 +531,8 @@ class PatternSerde(AvroSerde[PatternRecord]):
             "occurrences": _long(p.occurrences, "occurrences", optional=False),
             "first_seen_ms": _long(p.first_seen_ms, "first_seen_ms"),
             "details_json": None if p.details is None else dumps_json(p.details, "details"),
+            "parent_session_id": _str(p.parent_session_id, "parent_session_id"),
+            "agent_id": _str(p.agent_id, "agent_id"),
         }
 
     def from_record(self, record: dict[str, Any]) -> PatternRecord:
@@ -537,6 +548,8 @@ class PatternSerde(AvroSerde[PatternRecord]):
             occurrences=record["occurrences"],
             first_seen_ms=record.get("first_seen_ms"),
             details=_loads(record.get("details_json"), "details_json", self.full_name),
+            parent_session_id=record.get("parent_session_id"),
+            agent_id=record.get("agent_id"),
         )
 
 
@@ -564,6 +577,8 @@ class AssessmentSerde(AvroSerde[AssessmentWire]):
             "assessments_json": None
             if a.assessments is None
             else dumps_json(a.assessments, "assessments"),
+            "parent_session_id": _str(a.parent_session_id, "parent_session_id"),
+            "agent_id": _str(a.agent_id, "agent_id"),
         }
 
     def from_record(self, record: dict[str, Any]) -> AssessmentWire:
@@ -581,6 +596,8 @@ class AssessmentSerde(AvroSerde[AssessmentWire]):
             max_severity=record.get("max_severity"),
             rendered=record.get("rendered") or "",
             assessments=_loads(record.get("assessments_json"), "assessments_json", self.full_name),
+            parent_session_id=record.get("parent_session_id"),
+            agent_id=record.get("agent_id"),
         )
 
 

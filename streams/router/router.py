@@ -63,6 +63,10 @@ DLQ_PREVIEW_BYTES = 64 * 1024
 _TOPIC_MARGIN = 64 * 1024  # headers + record overhead on top of max_message_bytes
 
 
+class _AbortableProduce(Exception):
+    """produce() refused inside a transaction that must be aborted (internal signal)."""
+
+
 def ensure_topics(
     settings: Settings, config: RouterConfig, admin: AdminClient | None = None
 ) -> None:
@@ -150,6 +154,8 @@ class Router:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
+        self._failed = False  # set by a fatal error: never commit after it
+        self._fatal_cause: str | None = None
         self._txn_started = 0.0
         self._txn_msgs = 0
         self._txn_routed = 0
@@ -211,6 +217,7 @@ class Router:
             # Failures only: a Python callback per delivered message costs ~1 us each.
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
+            "error_cb": self._on_producer_error,
         }
         producer_conf.update(self._extra_producer)
         self._producer = Producer(producer_conf)
@@ -244,12 +251,15 @@ class Router:
     def close(self) -> None:
         """Finish the open transaction, leave the group, flush the producer."""
         if self._consumer is not None:
-            if self._in_txn:
+            if self._in_txn and not self._failed:
                 self._commit()
+            # After a fatal error the open transaction is left to the broker: it is
+            # aborted on transaction timeout or when this transactional id restarts.
             self._consumer.close()  # on_revoke runs here; nothing is open any more
             self._consumer = None
         if self._producer is not None:
-            self._producer.flush(10.0)
+            if not self._failed:  # a fenced/fatal producer cannot deliver anything more
+                self._producer.flush(10.0)
             self._producer = None
 
     def __enter__(self) -> Router:
@@ -287,8 +297,12 @@ class Router:
                 wait = 0.1
             room = max(1, min(1000, cfg.batch_max_messages - self._txn_msgs))
             msgs = consumer.consume(num_messages=room, timeout=wait)
-            for msg in msgs:
-                self._handle(msg)
+            try:
+                for msg in msgs:
+                    self._handle(msg)
+            except _AbortableProduce as exc:
+                # The rest of this batch is re-read after the rewind.
+                self._abort(str(exc))
             if self._in_txn and cfg.should_commit(
                 self._txn_msgs, (time.monotonic() - self._txn_started) * 1000.0
             ):
@@ -303,7 +317,7 @@ class Router:
                     last_status = cur
             if until is not None and not self._in_txn and until(self.stats()):
                 break
-        if self._in_txn:
+        if self._in_txn and not self._failed:
             self._commit()
         return self.stats()
 
@@ -326,7 +340,10 @@ class Router:
     # -- per message -------------------------------------------------------
     def _begin(self) -> None:
         assert self._producer is not None
-        self._producer.begin_transaction()
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._fatal("begin_transaction", exc) from exc
         self._in_txn = True
         self._txn_started = time.monotonic()
         self._txn_msgs = self._txn_routed = self._txn_dlq = self._txn_announce = 0
@@ -336,7 +353,11 @@ class Router:
         err = msg.error()
         if err is not None:
             if err.fatal():
-                raise DeliveryError(f"consumer fatal error: {err}")
+                self._failed = True
+                raise DeliveryError(
+                    f"consumer fatal error: {err}; if it says FENCED_INSTANCE_ID, another "
+                    "router runs with the same --transactional-id (ids must be unique)"
+                )
             # Informational (e.g. a topic deleted under us); librdkafka recovers itself.
             log.warning("consumer: %s", err)
             return
@@ -410,6 +431,35 @@ class Router:
                 return
             except BufferError:
                 producer.poll(0.05)  # local queue full: let deliveries drain
+            except KafkaException as exc:
+                kerr = exc.args[0]
+                if kerr.txn_requires_abort() and not kerr.fatal():
+                    raise _AbortableProduce(f"produce to {topic}: {kerr}") from exc
+                raise self._fatal(f"produce to {topic}", exc) from exc
+
+    def _fatal(self, what: str, exc: KafkaException) -> DeliveryError:
+        """Mark the router failed (nothing is committed after this) and explain why."""
+        self._failed = True
+        if self._fatal_cause is None and self._producer is not None:
+            # A generic "Local: Fatal error" from produce(): polling a fatal producer
+            # raises the underlying error (e.g. fenced by a newer instance).
+            try:
+                self._producer.poll(0)
+            except KafkaException as underlying:
+                self._fatal_cause = str(underlying.args[0])
+        return DeliveryError(
+            f"{what} failed fatally: {exc.args[0]}; underlying: "
+            f"{self._fatal_cause or 'not reported'}; delivery errors: "
+            f"{self._txn_errors or 'none reported'}. If it says fenced, another router runs "
+            "with the same transactional id (--transactional-id must be unique per instance)"
+        )
+
+    def _on_producer_error(self, err: KafkaError) -> None:
+        if err.fatal():
+            self._fatal_cause = str(err)
+            log.error("producer fatal error: %s", err)
+        else:  # transient (broker down, ...): librdkafka retries by itself
+            log.warning("producer: %s", err)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
         if err is not None and len(self._txn_errors) < 5:
@@ -430,11 +480,7 @@ class Router:
         except KafkaException as exc:
             kerr = exc.args[0]
             if not kerr.txn_requires_abort():
-                raise DeliveryError(
-                    f"transaction failed fatally: {kerr}; delivery errors: "
-                    f"{self._txn_errors or 'none reported'}. Another router with the same "
-                    "transactional id (--transactional-id) may have fenced this one."
-                ) from exc
+                raise self._fatal("commit", exc) from exc
             self._abort(str(kerr))
             return
         self._in_txn = False
@@ -467,12 +513,16 @@ class Router:
             why,
             self._txn_errors or "none reported",
         )
-        producer.abort_transaction(30.0)
+        try:
+            producer.abort_transaction(30.0)
+        except KafkaException as exc:
+            raise self._fatal("abort_transaction", exc) from exc
         self._in_txn = False
         self._aborts += 1
         self._aborted_msgs += self._txn_msgs
         self._consecutive_aborts += 1
         if self._consecutive_aborts >= self.config.max_consecutive_aborts:
+            self._failed = True
             raise DeliveryError(
                 f"{self._consecutive_aborts} transactions in a row were aborted (last: {why}; "
                 f"delivery errors: {self._txn_errors or 'none reported'}); stopping rather "
@@ -509,7 +559,7 @@ class Router:
         # Commit what we consumed while we still own the partitions (KIP-447:
         # the group generation in consumer_group_metadata() fences late commits).
         self._rebalances += 1
-        if self._in_txn:
+        if self._in_txn and not self._failed:
             self._commit()
         self._forget(partitions)
 
@@ -517,7 +567,7 @@ class Router:
         # Ownership is already gone: committing offsets would be fenced; abort.
         self._rebalances += 1
         self._forget(partitions)
-        if self._in_txn:
+        if self._in_txn and not self._failed:
             self._abort("partitions lost (session timeout or fenced generation)")
 
     def _forget(self, partitions: list[TopicPartition]) -> None:

@@ -243,3 +243,64 @@ def test_second_instance_joining_takes_partitions_without_loss_or_duplicates(
         f"B routed {sb.routed} ({sb.aborts} aborts); aborted re-reads "
         f"{sa.aborted_messages + sb.aborted_messages}"
     )
+
+
+def test_zombie_with_same_transactional_id_is_fenced_and_stops_loudly(
+    settings: Settings, create_topics: Any
+) -> None:
+    """Two routers with the SAME id (a zombie after a failover, or a config slip):
+    the newer one fences the older, which raises instead of committing anything."""
+    sessions = [f"z{i}" for i in range(6)]
+    create_topics(*(settings.session_topic(s) for s in sessions))
+    create_topics(settings.control_topic)
+    published: list[tuple[str, int]] = []
+    done = threading.Event()
+
+    def publisher() -> None:
+        producer = Producer({"bootstrap.servers": settings.bootstrap, "linger.ms": 2})
+        for seq in range(400):
+            for sid in sessions:
+                producer.produce(settings.session_topic(sid), encoded(sid, seq), sid.encode())
+                published.append((sid, seq))
+            producer.poll(0)
+            time.sleep(0.01)
+        assert producer.flush(30) == 0
+        done.set()
+
+    config = RouterConfig(batch_max_messages=100, batch_max_ms=50, status_interval_s=0)
+    old, new = Router(settings, config), Router(settings, config)
+    failure: list[BaseException] = []
+
+    def run_old() -> None:
+        try:
+            old.run(max_seconds=60)
+        except BaseException as exc:
+            failure.append(exc)
+        finally:
+            old.close()  # what the command does on the way out
+
+    old.start()
+    old_thread = threading.Thread(target=run_old, daemon=True)
+    old_thread.start()
+    pub = threading.Thread(target=publisher, daemon=True)
+    pub.start()
+    time.sleep(1.5)
+    new.start()  # init_transactions with the same id bumps the epoch: old is fenced
+    try:
+        new.run(
+            until=lambda s: (
+                done.is_set() and bool(failure) and old.stats().routed + s.routed >= len(published)
+            ),
+            max_seconds=60,
+        )
+        old_thread.join(30)
+    finally:
+        new.close()
+    assert failure, "the fenced router kept running"
+    assert isinstance(failure[0], DeliveryError), repr(failure[0])
+    text = str(failure[0])
+    assert "fenced by a newer instance" in text, text  # librdkafka's words, not ours
+    got = Counter(committed_events(settings, len(published)))
+    assert not [k for k, c in got.items() if c > 1], "duplicates"
+    assert set(got) == set(published), "lost events"
+    print(f"\nzombie fencing: old router stopped with: {str(failure[0])[:160]}")

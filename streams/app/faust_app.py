@@ -292,18 +292,18 @@ def create_app(
                 await app.crash(exc)
                 raise
 
-    @app.on_partitions_revoked.connect
+    @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode's stub wants signal=
     async def _on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
         processor.drop_caches()
 
-    @app.on_partitions_assigned.connect
+    @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         processor.drop_caches()
 
     def _bad_id(web: Any, session_id: str) -> Response | None:
         if SESSION_ID_RE.match(session_id):
             return None
-        return web.json(
+        response: Response = web.json(
             {
                 "error": "malformed session id",
                 "session_id": session_id[:200],
@@ -311,6 +311,7 @@ def create_app(
             },
             status=400,
         )
+        return response
 
     @app.page("/sessions/{session_id}/state")
     class SessionStateView(View):

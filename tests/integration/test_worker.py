@@ -417,3 +417,25 @@ def test_worker_ignores_aborted_transactions(settings: Settings, tmp_path: Path)
         assert state["seq_gaps"] == 1
     finally:
         assert worker.stop() == 0, worker.log_tail()
+
+
+@pytest.mark.timeout(240)
+def test_memory_store_rebuilds_from_changelog_on_restart(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """``--store memory`` keeps nothing on disk: every start replays the changelogs."""
+    batch1 = [e for s in ("m1", "m2") for e in make_session(s, 25)]
+    batch2 = [e for s in ("m1", "m2") for e in make_session(s, 25, start_seq=25)]
+    w = WorkerProc(settings, tmp_path / "d", store="memory")
+    try:
+        produce(settings, batch1)
+        w.wait_state(expected_of(batch1))
+    finally:
+        assert w.stop() == 0, w.log_tail()
+    w = WorkerProc(settings, tmp_path / "d", store="memory")
+    try:
+        produce(settings, batch1[::3] + batch2)
+        w.wait_state(expected_of(batch1 + batch2))
+        check_tables(w, expected_of(batch1 + batch2))
+    finally:
+        assert w.stop() == 0, w.log_tail()

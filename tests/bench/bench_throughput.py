@@ -39,6 +39,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -196,7 +197,7 @@ def stage_raw(ctx: Context) -> StageResult:
     return StageResult("raw passthrough", done, end - first[0], cpu)
 
 
-def stage_router(ctx: Context) -> StageResult:
+def stage_router(ctx: Context, decoder: Any = None, tag: str = "") -> StageResult:
     """The real router (decode + validate + transactions) over the same backlog."""
     from streams.router import Router, RouterConfig
 
@@ -208,7 +209,7 @@ def stage_router(ctx: Context) -> StageResult:
         batch_max_ms=max(100, ctx.batch_size // 20),  # let size, not age, close batches
         status_interval_s=0,
     )
-    router = Router(s, config)
+    router = Router(s, config, decoder=decoder)
     router.start()
     cpu0 = time.process_time()
     stats = router.run(until=lambda st: st.routed + st.dead_lettered >= ctx.events)
@@ -219,17 +220,68 @@ def stage_router(ctx: Context) -> StageResult:
     if stats.dead_lettered:
         print(f"  (router dead-lettered {stats.dead_lettered} events: check the publisher)")
     return StageResult(
-        f"router (batch {ctx.batch_size}: {stats.transactions} txns, {stats.aborts} aborts)",
+        f"router{'-' + tag if tag else ''} (batch {ctx.batch_size}: {stats.transactions} txns, "
+        f"{stats.aborts} aborts)",
         stats.routed + stats.dead_lettered,
         end - router.first_assigned_at,
         cpu,
     )
 
 
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    shift = result = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (result >> 1) ^ -(result & 1), pos
+        shift += 7
+
+
+class LeadingFieldsDecoder:
+    """MEASUREMENT AID ONLY (stage ``router-lite``), never used by the product.
+
+    Checks the single-object header and reads the four leading Avro fields (type,
+    session_id, seq, timestamp_ms) by hand, skipping the rest of the body: it
+    shows how fast the router's Kafka/transaction machinery is without the full
+    decode, i.e. how much of the gap to ``raw`` is decoding.
+    """
+
+    def __init__(self) -> None:
+        import struct
+
+        from streams.serde import EventSerde, load_schema
+
+        self._header = b"\xc3\x01" + struct.pack("<Q", EventSerde().fingerprint)
+        fields = load_schema("trace_event")["fields"]
+        assert [f["name"] for f in fields[:4]] == ["type", "session_id", "seq", "timestamp_ms"]
+        self._symbols = fields[0]["type"]["symbols"]
+
+    def decode(self, data: bytes) -> TraceEvent:
+        from streams.core.errors import MalformedMessageError
+
+        if data[:10] != self._header:
+            raise MalformedMessageError("not a single-object TraceEvent")
+        idx, pos = _varint(data, 10)
+        n, pos = _varint(data, pos)
+        sid = data[pos : pos + n].decode("utf-8")
+        seq, pos = _varint(data, pos + n)
+        ts, pos = _varint(data, pos)
+        return TraceEvent(type=self._symbols[idx], session_id=sid, seq=seq, timestamp_ms=ts)
+
+
+def stage_router_lite(ctx: Context) -> StageResult:
+    """The router with :class:`LeadingFieldsDecoder` (measurement only)."""
+    res = stage_router(ctx, decoder=LeadingFieldsDecoder(), tag="lite")
+    return StageResult(res.name, res.events, res.wall_s, res.cpu_s)
+
+
 #: name -> stage.  Add "worker" here when the Faust worker lands (see module doc).
 STAGES: dict[str, Callable[[Context], StageResult]] = {
     "raw": stage_raw,
     "router": stage_router,
+    "router-lite": stage_router_lite,
 }
 
 
@@ -266,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
             runs = [
                 (name, int(b))
                 for name in args.stages.split(",")
-                for b in (args.batch_size.split(",") if name == "router" else ["0"])
+                for b in (args.batch_size.split(",") if name.startswith("router") else ["0"])
             ]
             for k, (name, batch) in enumerate(runs):
                 res = STAGES[name](Context(settings, n, r * 100 + k, batch))

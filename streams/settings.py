@@ -97,6 +97,11 @@ class Settings:
         return f"{self.prefix}.assessments"
 
     @property
+    def assessment_history_topic(self) -> str:
+        """Every assessment, time-retained (the compacted assessments topic keeps the latest)."""
+        return f"{self.prefix}.assessment-history"
+
+    @property
     def snapshots_topic(self) -> str:
         return f"{self.prefix}.snapshots"
 

@@ -104,23 +104,39 @@ class RepeatedErrorLogic:
             return None
         sig = None if rec.success else (rec.error_signature or "")
         self._push((sig, analysis.last_compact or rec))
-        if sig and self._counts[sig] >= self._min:
-            self._current = sig
-        elif self._current is not None and self._counts.get(self._current, 0) < self._min:
-            self._current = None
-        if self._current is None:
+        current = self._current
+        if current is not None and not self._qualifies(current):
+            current = None
+        # Sticky: the reported signature stays while it qualifies; another one
+        # takes over only by becoming more frequent (avoids flapping between two).
+        if (
+            sig
+            and sig != current
+            and (current is None or self._counts[sig] > self._counts[current])
+            and self._qualifies(sig)
+        ):
+            current = sig
+        self._current = current
+        if current is None:
             return None
-        return self._pattern(self._current, rec)
+        return self._pattern(current, rec)
 
-    def _pattern(self, sig: str, rec: ToolCallRecord) -> RepeatedError | None:
+    def _qualifies(self, sig: str) -> bool:
+        """``min_count`` failures in the window; a generic signature ("returncode
+        1") must also come from one invocation to count as *the same* error."""
+        if self._counts.get(sig, 0) < self._min:
+            return False
+        if not is_generic_error(sig):
+            return True
+        return len({r.coarse_key for s, r in self._ring if s == sig}) == 1
+
+    def _pattern(self, sig: str, rec: ToolCallRecord) -> RepeatedError:
         hits = [r for s, r in self._ring if s == sig]
         count = len(hits)
         extra = count - self._min
         if len({h.coarse_key for h in hits}) == 1:
             conf = 0.6 + 0.15 * extra
             how = "same invocation"
-        elif is_generic_error(sig):
-            return None
         elif len({h.verb for h in hits}) == 1:
             conf = 0.5 + 0.1 * extra
             how = "same tool"

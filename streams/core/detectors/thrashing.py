@@ -29,6 +29,7 @@ class ThrashingSnapshot:
     alt_len: int
     last: ToolCallRecord | None
     recent: tuple[ToolCallRecord, ...]
+    active_verb: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,11 +60,22 @@ class ThrashingDetector:
             logic.alt_len = snapshot.alt_len
             logic.last = snapshot.last
             logic.recent.extend(snapshot.recent)
+            logic.active_verb = snapshot.active_verb
         return logic
 
 
 class ThrashingLogic:
-    __slots__ = ("alt_len", "alt_need", "counts", "last", "recent", "ring", "same_count", "window")
+    __slots__ = (
+        "active_verb",
+        "alt_len",
+        "alt_need",
+        "counts",
+        "last",
+        "recent",
+        "ring",
+        "same_count",
+        "window",
+    )
 
     def __init__(self, same_count: int, window: int, alt_need: int) -> None:
         self.same_count = same_count
@@ -72,6 +84,7 @@ class ThrashingLogic:
         self.ring: deque[str | None] = deque()
         self.counts: dict[str, int] = {}
         self.alt_len = 0
+        self.active_verb: str | None = None
         self.last: ToolCallRecord | None = None
         self.recent: deque[ToolCallRecord] = deque(maxlen=4)
 
@@ -83,11 +96,14 @@ class ThrashingLogic:
         self.ring.clear()
         self.counts.clear()
         self.alt_len = 0
+        self.active_verb = None
         self.last = None
         self.recent.clear()
 
     def snapshot(self) -> ThrashingSnapshot:
-        return ThrashingSnapshot(tuple(self.ring), self.alt_len, self.last, tuple(self.recent))
+        return ThrashingSnapshot(
+            tuple(self.ring), self.alt_len, self.last, tuple(self.recent), self.active_verb
+        )
 
     def push(self, verb: str | None) -> None:
         ring = self.ring
@@ -124,36 +140,42 @@ class ThrashingLogic:
         self.last = analysis.last_compact or rec
         if self.alt_len >= self.alt_need:
             conf = min(0.8, 0.45 + 0.05 * (self.alt_len - self.alt_need))
-            subject = rec.resource or rec.verb
+            where = rec.resource or rec.verb
             return Thrashing(
                 confidence=conf,
                 evidence=(
                     *(r.cite() for r in self.recent),
-                    f"{self.alt_len} calls alternating read/write on {subject}",
+                    f"{self.alt_len} calls alternating read/write on {where}",
                 ),
                 first_seen_ms=rec.timestamp_ms,
                 call_index=rec.call_index,
                 mode="alternation",
-                subject=subject,
+                subject=where,
                 count=self.alt_len,
             )
-        if verb is not None:
-            n = self.counts[verb]
-            if n >= self.same_count:
-                conf = min(0.7, 0.3 + 0.1 * (n - self.same_count))
-                return Thrashing(
-                    confidence=conf,
-                    evidence=(
-                        *(r.cite() for r in self.recent),
-                        f"{verb!r} {n}x in the last {len(self.ring)} calls",
-                    ),
-                    first_seen_ms=rec.timestamp_ms,
-                    call_index=rec.call_index,
-                    mode="same_tool",
-                    subject=verb,
-                    count=n,
-                )
-        return None
+        # Hysteresis: a verb reported as thrashing stays reported until its count
+        # drops below same_count - 1, so one interleaved call does not re-fire it.
+        subject = self.active_verb
+        if subject is not None and self.counts.get(subject, 0) < self.same_count - 1:
+            subject = None
+        if subject is None and verb is not None and self.counts[verb] >= self.same_count:
+            subject = verb
+        self.active_verb = subject
+        if subject is None:
+            return None
+        n = self.counts[subject]
+        return Thrashing(
+            confidence=min(0.7, max(0.2, 0.3 + 0.1 * (n - self.same_count))),
+            evidence=(
+                *(r.cite() for r in self.recent),
+                f"{subject!r} {n}x in the last {len(self.ring)} calls",
+            ),
+            first_seen_ms=rec.timestamp_ms,
+            call_index=rec.call_index,
+            mode="same_tool",
+            subject=subject,
+            count=n,
+        )
 
 
 __all__ = ["ThrashingDetector", "ThrashingLogic", "ThrashingSnapshot"]

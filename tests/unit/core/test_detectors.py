@@ -223,6 +223,23 @@ class TestRepeatedError:
             r.call(cmd)
         assert not r.active()
 
+    def test_two_alternating_errors_do_not_flap(self) -> None:
+        r = Run(only(RepeatedErrorDetector()))
+        for _ in range(3):
+            r.call("python a.py", ok=False, error="KeyError: a")
+        for _ in range(3):
+            r.call("python b.py", ok=False, error="ImportError: b")
+        r.call("python a.py", ok=False, error="KeyError: a")
+        # b qualifies too but is not more frequent: a stays reported, no re-fire
+        assert r.fired_types() == ["repeated_error"]
+        for _ in range(3):
+            r.call("python b.py", ok=False, error="ImportError: b")
+        # b now dominates the window: that is a different repeated error
+        assert [getattr(p, "error_signature", "") for p in r.fired] == [
+            "keyerror: a",
+            "importerror: b",
+        ]
+
 
 class TestErrorCascade:
     def test_three_failures_in_a_row(self) -> None:
@@ -387,6 +404,16 @@ class TestThrashing:
         assert r.fired_types() == ["thrashing"]
         p = r.fired[0]
         assert isinstance(p, Thrashing) and p.mode == "same_tool" and p.subject == "python"
+
+    def test_one_interleaved_call_does_not_refire(self) -> None:
+        r = Run(only(ThrashingDetector()))
+        for i in range(6):
+            r.call(f"python script_{i}.py")
+        for i in range(5):
+            r.call(f"cat notes{i}.md")  # the python count dips to 5 of 10 ...
+        for i in range(6):
+            r.call(f"python again_{i}.py")  # ... and climbs back to 6
+        assert r.fired_types() == ["thrashing"]
 
     def test_paging_through_a_file_is_not_thrashing(self) -> None:
         r = Run(only(ThrashingDetector()))

@@ -1,9 +1,17 @@
 """Router tuning: transaction batching, identity, pickup of new session topics.
 
-The defaults come from measurements on a single-node Kafka 3.9 (see the router
-report in ``docs``/the lane report): ``fetch_wait_max_ms=50`` matters most for
-new-topic latency, because a fetch long-poll in flight delays adding a newly
-assigned partition by up to ``fetch.wait.max.ms``.
+The defaults come from measurements on a single-node Kafka 3.9.1 (2 shared cores),
+time from the first publish on a brand-new session topic to the event being
+readable (read_committed) in ``<prefix>.events``:
+
+* ``fetch_wait_max_ms`` matters most: a fetch long-poll in flight delays fetching
+  a newly assigned partition by up to ``fetch.wait.max.ms`` (librdkafka default
+  500 ms gave a ~1.5 s floor; 50 ms gives ~0.3-0.4 s);
+* regex refresh alone (``metadata_refresh_ms=1000``): ~0.9-1.3 s;
+* with the SDK's announcement on ``<prefix>.control`` (router requests full
+  metadata at once): ~0.34-0.45 s, also through the real SDK (topic creation +
+  JSON announcement + ``session_start``).  Both are kept: announcements for speed,
+  the periodic regex refresh as the fallback if an announcement is lost.
 """
 
 from __future__ import annotations

@@ -308,6 +308,10 @@ class Router:
             ):
                 self._commit()
             if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
+                # Close the open transaction first: the refresh triggers a rejoin, and
+                # offsets sent during it fail with ILLEGAL_GENERATION (abort + re-read).
+                if self._in_txn:
+                    self._commit()
                 # A full metadata request makes librdkafka re-match the regex now.
                 consumer.list_topics(timeout=5.0)
             if cfg.status_interval_s:

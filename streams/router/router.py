@@ -170,6 +170,7 @@ class Router:
         self._aborts = 0
         self._aborted_msgs = 0
         self._rebalances = 0
+        self._commit_s = 0.0
         self._assigned: set[TopicPartition] = set()
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
@@ -334,6 +335,7 @@ class Router:
             aborts=self._aborts,
             aborted_messages=self._aborted_msgs,
             rebalances=self._rebalances,
+            commit_s=self._commit_s,
             at_s=time.monotonic() - self._t0,
         )
 
@@ -474,6 +476,7 @@ class Router:
         """Send consumed offsets and commit; abort + rewind on abortable errors."""
         consumer, producer = self._consumer, self._producer
         assert consumer is not None and producer is not None
+        t0 = time.monotonic()
         try:
             positions = [tp for tp in consumer.position(list(self._assigned)) if tp.offset >= 0]
             if positions:
@@ -482,11 +485,13 @@ class Router:
                 )
             self._commit_retrying()
         except KafkaException as exc:
+            self._commit_s += time.monotonic() - t0
             kerr = exc.args[0]
             if not kerr.txn_requires_abort():
                 raise self._fatal("commit", exc) from exc
             self._abort(str(kerr))
             return
+        self._commit_s += time.monotonic() - t0
         self._in_txn = False
         self._consecutive_aborts = 0
         self._transactions += 1

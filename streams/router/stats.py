@@ -26,6 +26,9 @@ class RouterStats:
     aborts: int = 0
     aborted_messages: int = 0
     rebalances: int = 0
+    #: Wall seconds spent blocked in send_offsets/commit_transaction (broker round
+    #: trips while the router routes nothing): the price of exactly-once.
+    commit_s: float = 0.0
     at_s: float = 0.0
 
 
@@ -37,6 +40,7 @@ def format_status(prev: RouterStats, cur: RouterStats, assigned_partitions: int)
         f"router: routed {cur.routed} (+{rate(prev.routed, cur.routed):.1f}/s) "
         f"dlq {cur.dead_lettered} (+{rate(prev.dead_lettered, cur.dead_lettered):.1f}/s) "
         f"txns {cur.transactions} aborts {cur.aborts} "
+        f"commit-wait {cur.commit_s - prev.commit_s:.2f}s "
         f"announcements {cur.announcements} rebalances {cur.rebalances} "
         f"partitions {assigned_partitions}"
     )

@@ -221,7 +221,7 @@ def stage_router(ctx: Context, decoder: Any = None, tag: str = "") -> StageResul
         print(f"  (router dead-lettered {stats.dead_lettered} events: check the publisher)")
     return StageResult(
         f"router{'-' + tag if tag else ''} (batch {ctx.batch_size}: {stats.transactions} txns, "
-        f"{stats.aborts} aborts)",
+        f"commit-wait {stats.commit_s:.2f} s)",
         stats.routed + stats.dead_lettered,
         end - router.first_assigned_at,
         cpu,

@@ -102,10 +102,11 @@ def test_should_commit_by_size_and_age() -> None:
 
 def test_format_status_rates() -> None:
     a = RouterStats(routed=100, dead_lettered=1, at_s=10.0)
-    b = RouterStats(routed=300, dead_lettered=5, transactions=4, at_s=12.0)
+    b = RouterStats(routed=300, dead_lettered=5, transactions=4, commit_s=0.75, at_s=12.0)
     line = format_status(a, b, assigned_partitions=7)
     assert "routed 300 (+100.0/s)" in line
     assert "dlq 5 (+2.0/s)" in line
     assert "txns 4" in line and "partitions 7" in line
+    assert "commit-wait 0.75s" in line
     assert "\n" not in line
     assert "(+0.0/s)" in format_status(b, b, 0)

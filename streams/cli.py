@@ -22,6 +22,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("analyze", "analyze", "run the detector core offline over trajectory files"),
     ("summary", "summary", "print AgentV's TraceSummary of trajectory files"),
     ("eval", "eval", "run AgentV's tool_trajectory evaluator over a trajectory"),
+    ("replay", "replay", "re-run the core over recorded Kafka sessions, or re-publish them"),
+    ("export", "export", "export recorded Kafka sessions to Avro, JSONL or Parquet files"),
     ("demo", "demo", "start broker, router and worker, run a simulated fleet, show state live"),
 )
 

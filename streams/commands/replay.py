@@ -1,0 +1,209 @@
+"""Replay recorded sessions from Kafka through the detector core, or re-publish them.
+
+Reads <prefix>.session.<id> topics (--session ID, or --sessions GLOB over the
+cluster's topic list) or the routed <prefix>.events (--source events), between
+--from and --to (an offset, or an ISO time = Kafka record timestamp), up to the
+high watermark captured at start, and re-runs the same engine the live worker
+runs.  Output (--output): a terminal summary, JSONL (the records of
+`trajectory analyze --json`, sessions in sorted order), or an Avro container
+file of PatternDetection/AssessmentRecord values (--out PATH).
+
+--compare-live diffs the replay against <prefix>.patterns / <prefix>.assessments
+(timer-made assessments are ignored: they depend on wall time) and exits 1 on a
+difference.  --speed X re-publishes the events in event-time order at X times
+real time (0 = as fast as possible) into --to-prefix through the publisher SDK,
+for a sandbox pipeline with other detector settings.
+
+Undecodable records are reported with topic/partition/offset (--strict: fail).
+A progress bar and the final throughput go to stderr.
+
+Examples:
+  trajectory replay --session run-42
+  trajectory replay --sessions 'swe-*' --output jsonl --out detections.jsonl
+  trajectory replay --sessions '*' --source events --from 2026-11-21T00:00:00Z --compare-live
+  trajectory replay --sessions 'run-*' --speed 10 --to-prefix sandbox
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from streams.replay.cli_args import add_read_arguments
+
+    add_read_arguments(parser)
+    parser.add_argument("--config", metavar="FILE", help="engine config, YAML or JSON")
+    parser.add_argument(
+        "--output",
+        choices=("terminal", "jsonl", "avro"),
+        default="terminal",
+        help="terminal summary (default), JSONL records, or an Avro container file",
+    )
+    parser.add_argument(
+        "--out", metavar="PATH", help="output file (default: stdout; avro needs it)"
+    )
+    parser.add_argument(
+        "--compare-live",
+        action="store_true",
+        help="diff against <prefix>.patterns/.assessments; exit 1 on a difference",
+    )
+    parser.add_argument(
+        "--speed",
+        type=float,
+        help="instead of analysing, re-publish at this multiple of real time (0 = max)",
+    )
+    parser.add_argument("--to-prefix", help="topic prefix to re-publish into (with --speed)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from streams.core.config import EngineConfig, load_config
+    from streams.core.errors import ConfigError
+    from streams.replay.cli_args import (
+        counted,
+        progress_bar,
+        reader_from_args,
+        report_failures,
+        throughput_line,
+    )
+    from streams.settings import Settings
+
+    if args.speed is not None:
+        return _republish(args)
+    if args.to_prefix:
+        raise ConfigError("--to-prefix", "only meaningful with --speed")
+    if args.output == "avro" and not args.out:
+        raise ConfigError("--out", "--output avro writes a file: give --out PATH")
+    config = load_config(args.config) if args.config else EngineConfig()
+    reader = reader_from_args(args)
+    from streams.replay.replay import replay_events, write_avro, write_jsonl
+
+    began = time.monotonic()
+    with progress_bar("replay", reader.total, force=args.progress) as bar:
+        result = replay_events(counted(reader, bar), config)
+    elapsed = time.monotonic() - began
+    report_failures(reader, "replay")
+    if args.output == "jsonl":
+        if args.out:
+            with open(args.out, "w", encoding="utf-8") as handle:
+                write_jsonl(result, handle)
+        else:
+            write_jsonl(result, sys.stdout)
+    elif args.output == "avro":
+        n = write_avro(result, args.out)
+        print(f"wrote {n} pattern/assessment records to {args.out}", file=sys.stderr)
+    else:
+        _terminal(result, args.out)
+    print(
+        throughput_line(
+            "replayed",
+            result.events,
+            elapsed,
+            f" from {len(result.sessions)} session(s)"
+            + (f", {len(reader.stats.failures)} undecodable" if reader.stats.failures else ""),
+        ),
+        file=sys.stderr,
+    )
+    status = 0
+    if args.compare_live:
+        from streams.replay.replay import compare_with_live
+
+        settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
+        diff = compare_with_live(
+            settings.prefix, result, bootstrap=settings.bootstrap, timeout_s=args.timeout
+        )
+        print(diff.render())
+        status = 0 if diff.ok else 1
+    if reader.stats.failures and status == 0:
+        status = 1
+    return status
+
+
+def _terminal(result: Any, out_path: str | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    handle = open(out_path, "w", encoding="utf-8") if out_path else None  # noqa: SIM115
+    try:
+        console = Console(file=handle) if handle else Console()
+        table = Table(title="replay")
+        for col in ("session", "events", "tool calls", "patterns", "assessments", "final severity"):
+            table.add_column(col)
+        for s in result.ordered():
+            eng = result.analyzer.engine(s.session_id)
+            analysis = eng.analysis
+            analysis = analysis() if callable(analysis) else analysis
+            final = result.analyzer.final(s.session_id)
+            table.add_row(
+                s.session_id,
+                str(s.events),
+                str(analysis.tool_call_count),
+                str(len(s.patterns)),
+                str(len(s.assessments)),
+                final.severity if final is not None and final.assessments else "-",
+            )
+        console.print(table)
+        for s in result.ordered():
+            for p in s.patterns:
+                console.print(
+                    f"  {s.session_id} #{p.call_index} [{p.severity}] {p.pattern_type} "
+                    f"(confidence {p.confidence:.0%})",
+                    markup=False,
+                )
+    finally:
+        if handle:
+            handle.close()
+
+
+def _republish(args: argparse.Namespace) -> int:
+    from streams.core.errors import ConfigError
+    from streams.replay.cli_args import (
+        counted,
+        progress_bar,
+        reader_from_args,
+        report_failures,
+        throughput_line,
+    )
+    from streams.replay.republish import republish
+    from streams.settings import Settings
+
+    if not args.to_prefix:
+        raise ConfigError("--to-prefix", "--speed re-publishes into another prefix: give it")
+    settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
+    target = Settings(bootstrap=settings.bootstrap, prefix=args.to_prefix)  # validates it
+    if target.prefix == settings.prefix:
+        raise ConfigError("--to-prefix", "must differ from --prefix (it would duplicate sessions)")
+    reader = reader_from_args(args)
+    with progress_bar("read", reader.total, force=args.progress) as bar:
+        events = list(counted(reader, bar))
+    report_failures(reader, "replay")
+    with progress_bar("publish", len(events), force=args.progress) as bar:
+        n = [0]
+
+        def tick() -> None:
+            n[0] += 1
+            if bar is not None and n[0] % 256 == 0:
+                bar.update(n[0])
+
+        stats = republish(
+            events,
+            bootstrap=settings.bootstrap,
+            to_prefix=target.prefix,
+            speed=args.speed,
+            on_event=tick,
+        )
+        if bar is not None:
+            bar.finish(n[0])
+    print(
+        throughput_line(
+            "re-published",
+            stats.events,
+            stats.elapsed_s,
+            f" of {stats.sessions} session(s) to prefix {target.prefix}",
+        ),
+        file=sys.stderr,
+    )
+    return 1 if reader.stats.failures else 0

@@ -1,0 +1,449 @@
+"""Read a bounded slice of session topics (or ``<prefix>.events``) as decoded events.
+
+Why a reader of its own instead of a consumer group: replay, export and reports
+read history, they must not move anybody's committed offsets and they must
+*stop*.  So the reader assigns partitions by hand (no group membership, no
+commits), captures each partition's high watermark when it starts and reads up
+to it, never waiting for data that arrives later.
+
+Bounds (``--from`` / ``--to``, both inclusive):
+
+* a plain integer is an offset, applied to every partition read;
+* anything else is an ISO-8601 time, resolved per partition with
+  ``offsets_for_times``.  This is the Kafka *record timestamp* (the time the
+  record was produced: the SDK leaves CreateTime to the producer), not the
+  event's ``timestamp_ms``.
+
+Invariants:
+
+* ``isolation.level = read_committed``: aborted transactional writes are never
+  returned; an open transaction ends the read at the last stable offset (the
+  partition's EOF) instead of hanging.
+* Every record between the bounds is either yielded as an event or recorded as
+  a :class:`DecodeFailure` (topic, partition, offset, reason); with
+  ``strict=True`` the first failure raises instead.  Nothing is skipped silently.
+* Within a partition, records come in offset order; partitions are read one
+  after another in (topic, partition) order, so per-session order is kept.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Literal, TypeVar
+
+from streams.core.errors import ConfigError, SerdeError, TrajectoryError
+from streams.core.events import TraceEvent
+from streams.core.jsonl import iso_to_ms
+
+T = TypeVar("T")
+
+#: Consumer settings for bulk reads: big fetches, a deep local queue.
+FAST_READ_CONFIG: dict[str, Any] = {
+    "enable.auto.commit": False,
+    "enable.auto.offset.store": False,
+    "enable.partition.eof": True,
+    "isolation.level": "read_committed",
+    "fetch.max.bytes": 64 * 1024 * 1024,
+    "max.partition.fetch.bytes": 16 * 1024 * 1024,
+    "fetch.wait.max.ms": 10,
+    "queued.min.messages": 200_000,
+    "queued.max.messages.kbytes": 512 * 1024,
+    "auto.offset.reset": "earliest",
+}
+
+
+class ReplayReadError(TrajectoryError):
+    """A record could not be read or decoded and ``--strict`` was asked for."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bound:
+    """One end of a read range: an offset, or a record time in epoch ms."""
+
+    kind: Literal["offset", "time"]
+    value: int
+
+
+def parse_bound(text: str | None, name: str) -> Bound | None:
+    """``"123"`` -> offset 123; ``"2025-01-15T14:32:00Z"`` -> time; None -> None."""
+    if text is None or text == "":
+        return None
+    raw = text.strip()
+    if re.fullmatch(r"\d+", raw):
+        return Bound("offset", int(raw))
+    try:
+        return Bound("time", iso_to_ms(raw, field=name))
+    except TrajectoryError as exc:
+        raise ConfigError(
+            name,
+            f"{text!r} is neither an offset (a non-negative integer) nor an ISO-8601 time "
+            "(e.g. 2025-01-15T14:32:00Z)",
+        ) from exc
+
+
+@dataclass(frozen=True, slots=True)
+class DecodeFailure:
+    """A record in range that did not decode: where it is and why."""
+
+    topic: str
+    partition: int
+    offset: int
+    reason: str
+
+    def describe(self) -> str:
+        return f"{self.topic}[{self.partition}]@{self.offset}: {self.reason}"
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRange:
+    """Offsets ``[start, stop)`` of one partition, resolved when the read began."""
+
+    topic: str
+    partition: int
+    start: int
+    stop: int
+
+    @property
+    def size(self) -> int:
+        return max(0, self.stop - self.start)
+
+
+@dataclass
+class ReadStats:
+    """Counters of one read (mutable: filled in while reading)."""
+
+    records: int = 0
+    decoded: int = 0
+    bytes: int = 0
+    failures: list[DecodeFailure] = field(default_factory=list)
+    elapsed_s: float = 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+
+def session_topics(
+    bootstrap: str,
+    prefix: str,
+    *,
+    session: str | None = None,
+    pattern: str | None = None,
+    timeout_s: float = 30.0,
+) -> list[str]:
+    """The ``<prefix>.session.<id>`` topics for one id or an fnmatch glob over ids.
+
+    A glob is matched against the cluster's topic list (the id part of the name);
+    an exact ``session`` must exist.  Raises :class:`ConfigError` naming the flag
+    when nothing matches, since an empty replay is almost always a typo.
+    """
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+    from streams.settings import check_session_id
+
+    if (session is None) == (pattern is None):
+        raise ConfigError(
+            "--session/--sessions", "give exactly one of --session ID or --sessions GLOB"
+        )
+    base = f"{prefix}.session."
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        topics = admin.list_topics(timeout=timeout_s).topics
+    except Exception as exc:
+        raise ConfigError("bootstrap", f"cannot list topics on {bootstrap}: {exc}") from exc
+    if session is not None:
+        name = base + check_session_id(session)
+        if name not in topics:
+            raise ConfigError("--session", f"topic {name!r} does not exist on {bootstrap}")
+        return [name]
+    assert pattern is not None
+    found = sorted(
+        t for t in topics if t.startswith(base) and fnmatch.fnmatchcase(t[len(base) :], pattern)
+    )
+    if not found:
+        raise ConfigError(
+            "--sessions", f"no topic {base}<id> with an id matching {pattern!r} on {bootstrap}"
+        )
+    return found
+
+
+class TopicReader(Generic[T]):
+    """Reads ``topics`` between two bounds and decodes each value with ``decode``.
+
+    ``decode`` is e.g. ``EventSerde().decode``; a :class:`SerdeError` (or a
+    :class:`TrajectoryError`) from it is a decode failure, anything else propagates.
+    ``key_filter`` (optional) skips records whose key is not accepted *before*
+    decoding (used to pick sessions out of ``<prefix>.events``); skipped records
+    are counted in ``stats.filtered``-free terms: they are simply out of scope.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        topics: Sequence[str],
+        decode: Callable[[bytes], T],
+        *,
+        start: Bound | None = None,
+        end: Bound | None = None,
+        strict: bool = False,
+        key_filter: Callable[[bytes | None], bool] | None = None,
+        batch_size: int = 10_000,
+        timeout_s: float = 30.0,
+        consumer_config: dict[str, Any] | None = None,
+    ) -> None:
+        if not topics:
+            raise ConfigError("topics", "nothing to read: no topic given")
+        self.bootstrap = bootstrap
+        self.topics = list(topics)
+        self.decode = decode
+        self.start = start
+        self.end = end
+        self.strict = strict
+        self.key_filter = key_filter
+        self.batch_size = batch_size
+        self.timeout_s = timeout_s
+        self.stats = ReadStats()
+        config = dict(FAST_READ_CONFIG)
+        config["bootstrap.servers"] = bootstrap
+        # Required by the client even for assign(); never joined, never committed.
+        config["group.id"] = f"trajectory-replay-{uuid.uuid4().hex[:12]}"
+        config.update(consumer_config or {})
+        self._config = config
+        self._ranges: list[PartitionRange] | None = None
+
+    # -- planning ----------------------------------------------------------
+    def plan(self) -> list[PartitionRange]:
+        """Resolve every partition's ``[start, stop)`` now (watermarks captured once)."""
+        if self._ranges is not None:
+            return self._ranges
+        from confluent_kafka import Consumer, TopicPartition
+
+        consumer = Consumer(self._config)
+        try:
+            meta = consumer.list_topics(timeout=self.timeout_s)
+            parts: list[TopicPartition] = []
+            for topic in self.topics:
+                tmeta = meta.topics.get(topic)
+                if tmeta is None or tmeta.error is not None:
+                    raise ConfigError(
+                        "topic",
+                        f"{topic!r} does not exist on {self.bootstrap} "
+                        f"({tmeta.error if tmeta is not None else 'not in metadata'})",
+                    )
+                parts.extend(TopicPartition(topic, p) for p in sorted(tmeta.partitions))
+            ranges = []
+            lows_highs = {
+                (tp.topic, tp.partition): consumer.get_watermark_offsets(
+                    tp, timeout=self.timeout_s, cached=False
+                )
+                for tp in parts
+            }
+            starts = self._resolve(consumer, parts, self.start, lows_highs, is_end=False)
+            stops = self._resolve(consumer, parts, self.end, lows_highs, is_end=True)
+            for tp in parts:
+                key = (tp.topic, tp.partition)
+                ranges.append(PartitionRange(tp.topic, tp.partition, starts[key], stops[key]))
+        finally:
+            consumer.close()
+        self._ranges = ranges
+        return ranges
+
+    def _resolve(
+        self,
+        consumer: Any,
+        parts: list[Any],
+        bound: Bound | None,
+        watermarks: dict[tuple[str, int], tuple[int, int]],
+        *,
+        is_end: bool,
+    ) -> dict[tuple[str, int], int]:
+        from confluent_kafka import TopicPartition
+
+        out: dict[tuple[str, int], int] = {}
+        if bound is None or bound.kind == "offset":
+            for tp in parts:
+                low, high = watermarks[(tp.topic, tp.partition)]
+                if bound is None:
+                    value = high if is_end else low
+                else:
+                    value = bound.value + 1 if is_end else bound.value
+                out[(tp.topic, tp.partition)] = min(max(value, low), high)
+            return out
+        # Time: the first offset whose record timestamp is >= t (for --to: > t).
+        wanted = bound.value + 1 if is_end else bound.value
+        query = [TopicPartition(tp.topic, tp.partition, wanted) for tp in parts]
+        for tp in consumer.offsets_for_times(query, timeout=self.timeout_s):
+            if tp.error is not None:
+                raise ConfigError(
+                    "--to" if is_end else "--from",
+                    f"offsets_for_times on {tp.topic}[{tp.partition}] failed: {tp.error}",
+                )
+            low, high = watermarks[(tp.topic, tp.partition)]
+            out[(tp.topic, tp.partition)] = (
+                high if tp.offset < 0 else min(max(tp.offset, low), high)
+            )
+        return out
+
+    @property
+    def total(self) -> int:
+        """Records in range (an upper bound: transaction markers take offsets too)."""
+        return sum(r.size for r in self.plan())
+
+    # -- reading -----------------------------------------------------------
+    def raw(self) -> Iterator[tuple[str, int, int, bytes | None, bytes | None]]:
+        """``(topic, partition, offset, key, value)`` of every record in range."""
+        from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+        ranges = [r for r in self.plan() if r.size > 0]
+        if not ranges:
+            return
+        consumer = Consumer(self._config)
+        stops = {(r.topic, r.partition): r.stop for r in ranges}
+        pending = set(stops)
+        began = time.monotonic()
+        try:
+            consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
+            idle_since = time.monotonic()
+            while pending:
+                batch = consumer.consume(num_messages=self.batch_size, timeout=0.5)
+                if not batch:
+                    if time.monotonic() - idle_since > self.timeout_s:
+                        left = ", ".join(f"{t}[{p}]" for t, p in sorted(pending))
+                        raise ReplayReadError(
+                            f"no data for {self.timeout_s:.0f} s while reading {left} on "
+                            f"{self.bootstrap}; is the broker up? (raise --timeout if it is slow)"
+                        )
+                    continue
+                idle_since = time.monotonic()
+                for msg in batch:
+                    err = msg.error()
+                    tkey = (msg.topic(), msg.partition())
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            pending.discard(tkey)
+                            continue
+                        raise ReplayReadError(
+                            f"reading {msg.topic()}[{msg.partition()}] on {self.bootstrap}: {err}"
+                        )
+                    if tkey not in pending:
+                        continue  # past its stop offset (batch overshoot), or done
+                    offset = msg.offset()
+                    stop = stops[tkey]
+                    if offset >= stop:
+                        pending.discard(tkey)
+                        continue
+                    if offset + 1 >= stop:
+                        pending.discard(tkey)
+                    yield msg.topic(), msg.partition(), offset, msg.key(), msg.value()
+        finally:
+            self.stats.elapsed_s += time.monotonic() - began
+            consumer.close()
+
+    def __iter__(self) -> Iterator[T]:
+        """Decoded values, failures recorded in ``stats`` (or raised when strict)."""
+        stats = self.stats
+        decode = self.decode
+        key_filter = self.key_filter
+        for topic, partition, offset, key, value in self.raw():
+            if key_filter is not None and not key_filter(key):
+                continue
+            stats.records += 1
+            if value is None:
+                self._fail(topic, partition, offset, "no value (tombstone)")
+                continue
+            stats.bytes += len(value)
+            try:
+                item = decode(value)
+            except (SerdeError, TrajectoryError) as exc:
+                self._fail(topic, partition, offset, f"{type(exc).__name__}: {exc}", exc)
+                continue
+            stats.decoded += 1
+            yield item
+
+    def _fail(
+        self, topic: str, partition: int, offset: int, reason: str, exc: Exception | None = None
+    ) -> None:
+        failure = DecodeFailure(topic, partition, offset, reason)
+        if self.strict:
+            raise ReplayReadError(f"undecodable record {failure.describe()} (--strict)") from exc
+        self.stats.failures.append(failure)
+
+
+def session_key_filter(
+    session_ids: Iterable[str] | None, pattern: str | None
+) -> Callable[[bytes | None], bool] | None:
+    """Key filter for ``<prefix>.events`` (key = session id): ids or an fnmatch glob."""
+    if session_ids is None and pattern is None:
+        return None
+    wanted = {s.encode("utf-8") for s in session_ids or ()}
+
+    def accept(key: bytes | None) -> bool:
+        if key is None:
+            return False
+        if key in wanted:
+            return True
+        return pattern is not None and fnmatch.fnmatchcase(key.decode("utf-8", "replace"), pattern)
+
+    return accept
+
+
+def open_event_reader(
+    bootstrap: str,
+    prefix: str,
+    *,
+    session: str | None = None,
+    sessions: str | None = None,
+    source: Literal["sessions", "events"] = "sessions",
+    start: Bound | None = None,
+    end: Bound | None = None,
+    strict: bool = False,
+    timeout_s: float = 30.0,
+) -> TopicReader[TraceEvent]:
+    """The reader the CLI commands use: per-session topics or the routed events topic."""
+    from streams.serde import EventSerde
+
+    serde = EventSerde()
+    if source == "sessions":
+        topics = session_topics(
+            bootstrap, prefix, session=session, pattern=sessions, timeout_s=timeout_s
+        )
+        key_filter = None
+    elif source == "events":
+        if (session is None) == (sessions is None):
+            raise ConfigError(
+                "--session/--sessions", "give exactly one of --session ID or --sessions GLOB"
+            )
+        topics = [f"{prefix}.events"]
+        key_filter = session_key_filter([session] if session else None, sessions)
+    else:
+        raise ConfigError("--source", f"{source!r}: use 'sessions' or 'events'")
+    return TopicReader(
+        bootstrap,
+        topics,
+        serde.decode,
+        start=start,
+        end=end,
+        strict=strict,
+        key_filter=key_filter,
+        timeout_s=timeout_s,
+    )
+
+
+__all__ = [
+    "FAST_READ_CONFIG",
+    "Bound",
+    "DecodeFailure",
+    "PartitionRange",
+    "ReadStats",
+    "ReplayReadError",
+    "TopicReader",
+    "open_event_reader",
+    "parse_bound",
+    "session_key_filter",
+    "session_topics",
+]

@@ -1,0 +1,380 @@
+"""Re-run the detector core over recorded events and compare with what went live.
+
+:func:`replay_events` feeds events through
+:class:`~streams.importers.offline.OfflineAnalyzer` (the one offline engine loop;
+the live worker runs the same :class:`~streams.core.engine.SessionEngine`) and
+keeps, per session, the plain records ``trajectory analyze --json`` prints and
+the wire values (:class:`~streams.serde.PatternRecord`,
+:class:`~streams.serde.AssessmentWire`) the worker writes to ``<prefix>.patterns``
+and ``<prefix>.assessments``.
+
+Output order is deterministic whatever topic the events came from: sessions in
+sorted id order, each session's records in event order.  Reading per-session
+topics or the partitioned ``<prefix>.events`` therefore gives the same lines.
+
+Timer assessments (``trigger == "timer"``: every_n_seconds / deadline) depend on
+when a wall-clock timer ran, not on the events, so they are never replayed and
+:func:`compare_with_live` ignores them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from streams.core.config import EngineConfig
+from streams.core.engine import EngineOutput
+from streams.core.events import TraceEvent
+from streams.importers.offline import OfflineAnalyzer
+from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
+
+
+def pattern_wire(det: Any, severity: str | None, event: TraceEvent) -> PatternRecord:
+    """The ``<prefix>.patterns`` value of one :class:`PatternDetection`.
+
+    ``details`` is left empty: detector-specific fields are not part of the
+    replay contract (the compared fields are listed in :data:`PATTERN_FIELDS`).
+    """
+    p = det.pattern
+    return PatternRecord(
+        session_id=det.session_id,
+        seq=det.seq,
+        timestamp_ms=det.timestamp_ms,
+        pattern_type=str(p.pattern_type),
+        call_index=det.call_index,
+        confidence=float(p.confidence),
+        severity=severity,
+        evidence=tuple(p.evidence),
+        occurrences=int(p.occurrences),
+        first_seen_ms=getattr(p, "first_seen_ms", None),
+        parent_session_id=event.parent_session_id,
+        agent_id=event.agent_id,
+    )
+
+
+def assessment_wire(current: Any, event: TraceEvent) -> AssessmentWire:
+    """The ``<prefix>.assessments`` value of an event-made :class:`CurrentAssessment`."""
+    return AssessmentWire(
+        session_id=current.session_id or event.session_id,
+        seq=current.seq,
+        timestamp_ms=current.generated_at_ms,
+        trigger=current.trigger,
+        call_index=current.call_index,
+        max_severity=current.severity,
+        rendered=current.render(),
+        assessments=[
+            {"observer": a.observer_name, "severity": a.severity, "summary": a.summary}
+            for a in current.assessments
+        ],
+        parent_session_id=event.parent_session_id,
+        agent_id=event.agent_id,
+    )
+
+
+#: PatternRecord fields a replay must reproduce exactly.
+PATTERN_FIELDS: tuple[str, ...] = (
+    "session_id",
+    "seq",
+    "call_index",
+    "timestamp_ms",
+    "pattern_type",
+    "confidence",
+    "severity",
+    "evidence",
+    "occurrences",
+)
+
+
+@dataclass
+class SessionReplay:
+    """Everything one session's replay produced, in event order."""
+
+    session_id: str
+    events: int = 0
+    records: list[dict[str, Any]] = field(default_factory=list)
+    patterns: list[PatternRecord] = field(default_factory=list)
+    assessments: list[AssessmentWire] = field(default_factory=list)
+
+
+@dataclass
+class ReplayResult:
+    """A whole replay: per-session results plus the analyzer (final states)."""
+
+    analyzer: OfflineAnalyzer
+    sessions: dict[str, SessionReplay] = field(default_factory=dict)
+
+    @property
+    def events(self) -> int:
+        return sum(s.events for s in self.sessions.values())
+
+    def ordered(self) -> list[SessionReplay]:
+        return [self.sessions[k] for k in sorted(self.sessions)]
+
+    def records(self) -> Iterator[dict[str, Any]]:
+        """``trajectory analyze --json`` records: sessions sorted, event order within."""
+        for s in self.ordered():
+            yield from s.records
+
+
+class _RecordingAnalyzer(OfflineAnalyzer):
+    """OfflineAnalyzer that also hands back the raw EngineOutput of each event."""
+
+    def feed_out(self, event: TraceEvent) -> tuple[EngineOutput, list[dict[str, Any]]]:
+        out = self.engine(event.session_id).on_event(event)
+        return out, self.records(event, out)
+
+
+def replay_events(
+    events: Iterable[TraceEvent],
+    config: EngineConfig | None = None,
+    *,
+    on_event: Any = None,
+) -> ReplayResult:
+    """Run the core over ``events`` (sessions may interleave); see the module doc.
+
+    ``on_event`` (optional) is called with no argument after each event: the
+    progress bar's hook.
+    """
+    analyzer = _RecordingAnalyzer(config)
+    result = ReplayResult(analyzer)
+    sessions = result.sessions
+    policy = analyzer._policy
+    for event in events:
+        sid = event.session_id
+        sr = sessions.get(sid)
+        if sr is None:
+            sr = sessions[sid] = SessionReplay(sid)
+        sr.events += 1
+        out, records = analyzer.feed_out(event)
+        if records:
+            sr.records.extend(records)
+            for det in out.patterns:
+                sr.patterns.append(pattern_wire(det, policy.pattern_severity(det.pattern), event))
+            if out.assessment is not None and out.assessment.assessments:
+                sr.assessments.append(assessment_wire(out.assessment, event))
+        if on_event is not None:
+            on_event()
+    return result
+
+
+def write_jsonl(result: ReplayResult, out: IO[str]) -> int:
+    """Write the records exactly as ``trajectory analyze --json`` does; count them."""
+    n = 0
+    for record in result.records():
+        out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        n += 1
+    return n
+
+
+#: Top-level schema of the replay's Avro container file: one union of both records.
+def avro_union_schema() -> list[dict[str, Any]]:
+    from streams.serde import load_schema
+
+    return [load_schema("pattern_detection"), load_schema("assessment_record")]
+
+
+def write_avro(result: ReplayResult, path: str) -> int:
+    """An Avro object container file of every pattern and assessment (union schema).
+
+    Each datum is exactly the record the serde would put on the wire (same
+    ``to_record``), so a value here equals the live topic's value for the same
+    detection.  Read back with ``fastavro.reader(f, return_record_name=True)`` to
+    tell ``io.trajectory.v1.PatternDetection`` from ``...AssessmentRecord``.
+    """
+    import fastavro
+
+    pserde, aserde = PatternSerde(), AssessmentSerde()
+    pname, aname = pserde.full_name, aserde.full_name
+    schema = fastavro.parse_schema(avro_union_schema())
+
+    def data() -> Iterator[tuple[str, dict[str, Any]]]:
+        for s in result.ordered():
+            # event order: patterns of an event come before its assessment
+            items: list[tuple[int, int, tuple[str, dict[str, Any]]]] = []
+            for p in s.patterns:
+                items.append((p.seq, 0, (pname, pserde.to_record(p))))
+            for a in s.assessments:
+                items.append((a.seq, 1, (aname, aserde.to_record(a))))
+            items.sort(key=lambda t: (t[0], t[1]))
+            for _, _, item in items:
+                yield item
+
+    records = list(data())
+    with open(path, "wb") as handle:
+        fastavro.writer(handle, schema, records, codec="deflate")
+    return len(records)
+
+
+# --------------------------------------------------------------------------
+# comparison with the live pipeline
+
+
+@dataclass
+class LiveDiff:
+    """Result of :func:`compare_with_live`; ``ok`` when nothing differs."""
+
+    sessions: int = 0
+    patterns_compared: int = 0
+    assessments_compared: int = 0
+    timer_assessments_ignored: int = 0
+    differences: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.differences
+
+    def render(self) -> str:
+        head = (
+            f"compared {self.sessions} session(s): {self.patterns_compared} pattern(s), "
+            f"{self.assessments_compared} assessment(s) "
+            f"({self.timer_assessments_ignored} timer assessment(s) ignored)"
+        )
+        if self.ok:
+            return head + ": identical"
+        return (
+            head
+            + f": {len(self.differences)} difference(s)\n"
+            + "\n".join(f"  {d}" for d in self.differences)
+        )
+
+
+def _pattern_key(p: PatternRecord) -> tuple[Any, ...]:
+    return tuple(getattr(p, f) if f != "evidence" else tuple(p.evidence) for f in PATTERN_FIELDS)
+
+
+def diff_live(
+    result: ReplayResult,
+    live_patterns: Sequence[PatternRecord],
+    live_assessments: Sequence[AssessmentWire],
+) -> LiveDiff:
+    """Diff live wire values against a replay, for the replay's sessions only.
+
+    Patterns (a plain topic: every detection stays) must match one for one on
+    :data:`PATTERN_FIELDS`.  Assessments: every live ``event`` assessment must
+    equal the replay's at the same ``seq`` (``rendered`` markdown and
+    ``max_severity``), and the replay's last assessment must be on the topic
+    unless a later live record superseded it (the topic is compacted, so older
+    ones may be gone: their absence is not a difference).
+    """
+    diff = LiveDiff(sessions=len(result.sessions))
+    lp: dict[str, list[PatternRecord]] = {}
+    for p in live_patterns:
+        if p.session_id in result.sessions:
+            lp.setdefault(p.session_id, []).append(p)
+    la: dict[str, list[AssessmentWire]] = {}
+    for a in live_assessments:
+        if a.session_id not in result.sessions:
+            continue
+        if a.trigger == "timer":
+            diff.timer_assessments_ignored += 1
+            la.setdefault(a.session_id, [])
+            continue
+        la.setdefault(a.session_id, []).append(a)
+    last_live_seq: dict[str, int] = {}
+    for a in live_assessments:
+        if a.session_id in result.sessions:
+            last_live_seq[a.session_id] = max(last_live_seq.get(a.session_id, -1), a.seq)
+    for sr in result.ordered():
+        sid = sr.session_id
+        replayed = [_pattern_key(p) for p in sr.patterns]
+        live = [_pattern_key(p) for p in lp.get(sid, [])]
+        diff.patterns_compared += max(len(replayed), len(live))
+        for i in range(max(len(replayed), len(live))):
+            r = replayed[i] if i < len(replayed) else None
+            v = live[i] if i < len(live) else None
+            if r != v:
+                diff.differences.append(
+                    f"{sid} pattern #{i + 1}: replay {_short(r)} != live {_short(v)}"
+                )
+        by_seq = {a.seq: a for a in sr.assessments}
+        for a in la.get(sid, []):
+            diff.assessments_compared += 1
+            mine = by_seq.get(a.seq)
+            if mine is None:
+                diff.differences.append(f"{sid} assessment at seq {a.seq}: live only")
+            elif (mine.rendered, mine.max_severity) != (a.rendered, a.max_severity):
+                diff.differences.append(
+                    f"{sid} assessment at seq {a.seq}: rendered markdown differs\n"
+                    + _text_diff(mine.rendered, a.rendered)
+                )
+        if sr.assessments:
+            last = sr.assessments[-1]
+            seen = {a.seq for a in la.get(sid, [])}
+            if last.seq not in seen and last_live_seq.get(sid, -1) <= last.seq:
+                diff.differences.append(
+                    f"{sid} assessment at seq {last.seq}: replay only (the live topic has no "
+                    "later record for this session)"
+                )
+    return diff
+
+
+def _short(key: tuple[Any, ...] | None) -> str:
+    if key is None:
+        return "(none)"
+    d = dict(zip(PATTERN_FIELDS, key, strict=True))
+    return json.dumps({k: d[k] for k in PATTERN_FIELDS if k != "evidence"}, default=str)
+
+
+def _text_diff(a: str, b: str) -> str:
+    import difflib
+
+    return "\n".join(
+        "    " + line
+        for line in difflib.unified_diff(
+            a.splitlines(), b.splitlines(), "replay", "live", lineterm="", n=1
+        )
+    )
+
+
+def read_live(
+    bootstrap: str, prefix: str, *, timeout_s: float = 30.0, strict: bool = True
+) -> tuple[list[PatternRecord], list[AssessmentWire]]:
+    """Everything on ``<prefix>.patterns`` and ``<prefix>.assessments`` right now."""
+    from streams.replay.reader import TopicReader
+
+    patterns = list(
+        TopicReader(
+            bootstrap,
+            [f"{prefix}.patterns"],
+            PatternSerde().decode,
+            strict=strict,
+            timeout_s=timeout_s,
+        )
+    )
+    assessments = list(
+        TopicReader(
+            bootstrap,
+            [f"{prefix}.assessments"],
+            AssessmentSerde().decode,
+            strict=strict,
+            timeout_s=timeout_s,
+        )
+    )
+    return patterns, assessments
+
+
+def compare_with_live(
+    prefix: str, result: ReplayResult, *, bootstrap: str, timeout_s: float = 30.0
+) -> LiveDiff:
+    """Read the live outputs of ``prefix`` and diff them against ``result``."""
+    patterns, assessments = read_live(bootstrap, prefix, timeout_s=timeout_s)
+    return diff_live(result, patterns, assessments)
+
+
+__all__ = [
+    "PATTERN_FIELDS",
+    "LiveDiff",
+    "ReplayResult",
+    "SessionReplay",
+    "assessment_wire",
+    "avro_union_schema",
+    "compare_with_live",
+    "diff_live",
+    "pattern_wire",
+    "read_live",
+    "replay_events",
+    "write_avro",
+    "write_jsonl",
+]

@@ -50,8 +50,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size",
         type=int,
-        default=2000,
-        help="commit a transaction after this many messages (default 2000)",
+        default=5000,
+        help="commit a transaction after this many messages (default 5000)",
     )
     parser.add_argument(
         "--batch-ms",

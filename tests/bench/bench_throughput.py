@@ -206,7 +206,7 @@ def stage_router(ctx: Context, decoder: Any = None, tag: str = "") -> StageResul
         group_id=f"{s.prefix}.router.{ctx.round}",
         transactional_id=f"{s.prefix}.router.bench.{ctx.round}",
         batch_max_messages=ctx.batch_size,
-        batch_max_ms=max(100, ctx.batch_size // 20),  # let size, not age, close batches
+        batch_max_ms=max(100, ctx.batch_size // 20),  # >= the product default (100 ms)
         status_interval_s=0,
     )
     router = Router(s, config, decoder=decoder)
@@ -298,7 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=1)
     ap.add_argument(
         "--batch-size",
-        default="2000",
+        default="5000",
         help="router messages per transaction; a comma list runs the router once per size",
     )
     ap.add_argument("--keep", action="store_true", help="keep the bench topics afterwards")

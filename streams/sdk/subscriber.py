@@ -464,6 +464,7 @@ class AssessmentSubscriber:
         self._missing_at_open: set[str] = set()
         self._partitions: dict[tuple[str, int], bool] = {}  # (topic, p) -> reached EOF
         self._last_error: KafkaError | None = None
+        self._retry_at = 0.0
         if group_id is None:
             with self._lock:
                 self._assign_available(first=True)
@@ -552,11 +553,13 @@ class AssessmentSubscriber:
         with self._lock:
             if self._closed:
                 return []
-            if self.group_id is None and not self.ready:
+            if self.group_id is None and not self.ready and time.monotonic() >= self._retry_at:
+                # a missing topic is looked for again at most once a second
+                self._retry_at = time.monotonic() + 1.0
                 self._assign_available()
-                if not self._assigned:
-                    time.sleep(timeout_s)
-                    return []
+            if self.group_id is None and not self._assigned:
+                time.sleep(timeout_s)
+                return []
             messages = self._consumer.consume(_MAX_BATCH, timeout_s)
             out: list[Record | Tombstone] = []
             for msg in messages:

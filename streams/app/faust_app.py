@@ -321,7 +321,7 @@ def create_app(
             bad = _bad_id(self, session_id)
             if bad is not None:
                 return bad
-            raw = sessions.get(session_id)
+            raw = sessions.get(session_id.encode())
             if raw is None:
                 return self.json(
                     {
@@ -331,8 +331,8 @@ def create_app(
                     },
                     status=404,
                 )
-            braw = budgets.get(session_id)
-            eraw = engines.get(session_id) if engines is not None else None
+            braw = budgets.get(session_id.encode())
+            eraw = engines.get(session_id.encode()) if engines is not None else None
             return self.json(
                 {
                     "session_id": session_id,
@@ -356,7 +356,7 @@ def create_app(
                 k = key.decode() if isinstance(key, bytes) else str(key)
                 if k.startswith(prefix):
                     rows.append(MinuteCounts.decode(raw).to_json())
-            if not rows and sessions.get(session_id) is None:
+            if not rows and sessions.get(session_id.encode()) is None:
                 return self.json({"error": "unknown session", "session_id": session_id}, status=404)
             rows.sort(key=lambda r: r["minute_start_ms"])
             return self.json({"session_id": session_id, "minutes": rows})

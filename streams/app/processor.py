@@ -35,11 +35,16 @@ if TYPE_CHECKING:
 
 
 class BytesTable(Protocol):
-    """The part of a Faust table (or a dict) the processor uses."""
+    """The part of a Faust table (or a dict) the processor uses.
 
-    def get(self, key: str, /) -> bytes | None: ...
+    Keys are **bytes** (UTF-8 of the session id / minute key): Faust's memory
+    store does not serialize keys, and after a changelog recovery it holds the
+    raw ``bytes`` keys, so a ``str`` key written live would never match them.
+    """
 
-    def __setitem__(self, key: str, value: bytes, /) -> None: ...
+    def get(self, key: bytes, /) -> bytes | None: ...
+
+    def __setitem__(self, key: bytes, value: bytes, /) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +110,7 @@ class EventProcessor:
     ) -> _V:
         value = cache.get(key)
         if value is None:
-            raw = table.get(key)
+            raw = table.get(key.encode())
             value = make() if raw is None else decode(raw)
             cache[key] = value
         return value
@@ -114,7 +119,7 @@ class EventProcessor:
         assert self.engines is not None
         cached = self._engines.get(sid)
         if cached is None:
-            raw = self.engines.get(sid)
+            raw = self.engines.get(sid.encode())
             if raw is None:
                 engine = SessionEngine.create(sid, self.engine_config)
             else:
@@ -136,14 +141,15 @@ class EventProcessor:
         out = engine.on_event(event)  # may raise InvalidEventError: nothing changed yet
         if out.applied:
             data = encode_state(engine.snapshot())
-            self.engines[sid] = data
+            self.engines[sid.encode()] = data
             self._engines[sid] = (engine, data)
         elif last is not None:
-            self.engines[sid] = last  # redelivery: see the session case below
+            self.engines[sid.encode()] = last  # redelivery: see the session case below
         return out
 
     def apply(self, event: TraceEvent) -> ApplyResult:
         sid = event.session_id
+        tkey = sid.encode()
         engine_out = self._run_engine(event)
         session = self._load(
             self._sessions,
@@ -158,14 +164,14 @@ class EventProcessor:
                 tuple(str(d.pattern.pattern_type) for d in engine_out.patterns)
             )
         if new_session is not None:
-            self.sessions[sid] = new_session.encode()
+            self.sessions[tkey] = new_session.encode()
             self._sessions[sid] = new_session
             self.applied += 1
         else:
             # Redelivered (its offset was never committed).  The local store may hold
             # this event's effect while its changelog write was lost with the crashed
             # process: re-write the current value so the changelog has it again.
-            self.sessions[sid] = session.encode()
+            self.sessions[tkey] = session.encode()
             self.duplicates += 1
 
         budget_written = False
@@ -179,16 +185,16 @@ class EventProcessor:
             )
             new_budget = budget.apply(event)
             if new_budget is not None:
-                self.budgets[sid] = new_budget.encode()
+                self.budgets[tkey] = new_budget.encode()
                 self._budgets[sid] = new_budget
                 budget_written = True
             elif event.seq <= budget.last_seq:
-                self.budgets[sid] = budget.encode()  # redelivery: see the session case
+                self.budgets[tkey] = budget.encode()  # redelivery: see the session case
                 budget_written = True
 
         minute_written = False
         if MinuteCounts.counts(event):
-            key = minute_key(sid, event.timestamp_ms)
+            key = minute_key(sid, event.timestamp_ms).encode()
             start = minute_start(event.timestamp_ms)
             cached = self._minutes.get(sid)
             if cached is None or cached.minute_start_ms != start:

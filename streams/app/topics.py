@@ -10,6 +10,8 @@ does not create non-internal topics it sends to either, hence the DLQ.
 
 from __future__ import annotations
 
+import time
+
 from streams.core.errors import BrokerError
 from streams.settings import Settings
 
@@ -40,8 +42,18 @@ def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
             except KafkaException as exc:
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise BrokerError(f"cannot create topic {topic!r}: {exc}") from exc
-    md = admin.list_topics(topic=name, timeout=timeout_s)
-    return len(md.topics[name].partitions)
+    # Right after creation the metadata can still show the topic with 0 partitions.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(topic=name, timeout=timeout_s)
+        topic = md.topics.get(name)
+        if topic is not None and topic.error is None and topic.partitions:
+            return len(topic.partitions)
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"topic {name!r} has no partitions in the metadata {timeout_s}s after creation"
+            )
+        time.sleep(0.1)
 
 
 __all__ = ["ensure_topics"]

@@ -24,10 +24,10 @@ def ev(seq: int, type_: str = "tool_call", ts: int | None = None, **kw: object) 
     return TraceEvent(type_, "s1", seq, T0 + seq * 1000 if ts is None else ts, **kw)  # type: ignore[arg-type]
 
 
-def tables() -> tuple[dict[str, bytes], dict[str, bytes], dict[str, bytes], EventProcessor]:
-    s: dict[str, bytes] = {}
-    b: dict[str, bytes] = {}
-    m: dict[str, bytes] = {}
+def tables() -> tuple[dict[bytes, bytes], dict[bytes, bytes], dict[bytes, bytes], EventProcessor]:
+    s: dict[bytes, bytes] = {}
+    b: dict[bytes, bytes] = {}
+    m: dict[bytes, bytes] = {}
     return s, b, m, EventProcessor(s, b, m)
 
 
@@ -106,11 +106,11 @@ def test_processor_applies_once_and_writes_all_tables() -> None:
     for e in events + events[1:3]:
         p.apply(e)
     assert p.applied == 5 and p.duplicates == 2
-    state = SessionCounters.decode(s["s1"])
+    state = SessionCounters.decode(s[b"s1"])
     assert (state.events, state.tool_calls, state.errors, state.last_seq) == (5, 2, 1, 70)
-    assert BudgetState.decode(b["s1"]).tokens_used == 25
-    first = MinuteCounts.decode(m[minute_key("s1", T0)])
-    second = MinuteCounts.decode(m[minute_key("s1", T0 + 70_000)])
+    assert BudgetState.decode(b[b"s1"]).tokens_used == 25
+    first = MinuteCounts.decode(m[minute_key("s1", T0).encode()])
+    second = MinuteCounts.decode(m[minute_key("s1", T0 + 70_000).encode()])
     assert (first.tool_calls, first.errors) == (1, 1)
     assert (second.tool_calls, second.errors) == (1, 0)
 
@@ -119,28 +119,28 @@ def test_processor_reads_table_after_cache_drop() -> None:
     s, _b, _m, p = tables()
     p.apply(ev(0))
     # another owner advanced the table (e.g. recovered from the changelog after a rebalance)
-    newer = SessionCounters.decode(s["s1"]).apply(ev(1))
+    newer = SessionCounters.decode(s[b"s1"]).apply(ev(1))
     assert newer is not None
-    s["s1"] = newer.encode()
+    s[b"s1"] = newer.encode()
     p.drop_caches()
     assert p.apply(ev(1)).applied is False
     assert p.apply(ev(2)).session.events == 3
 
 
 def test_redelivery_rewrites_current_value() -> None:
-    class Recording(dict[str, bytes]):
+    class Recording(dict[bytes, bytes]):
         writes = 0
 
-        def __setitem__(self, key: str, value: bytes) -> None:
+        def __setitem__(self, key: bytes, value: bytes) -> None:
             Recording.writes += 1
             super().__setitem__(key, value)
 
     s = Recording()
     p = EventProcessor(s, {}, {})
     p.apply(ev(0))
-    before = s["s1"]
+    before = s[b"s1"]
     p.apply(ev(0))
-    assert Recording.writes == 2 and s["s1"] == before
+    assert Recording.writes == 2 and s[b"s1"] == before
 
 
 @settings(max_examples=60, deadline=None)
@@ -152,7 +152,7 @@ def test_any_redelivery_pattern_equals_unique_application(seqs: list[int]) -> No
     for q in delivered:
         p.apply(ev(q, "tool_call" if q % 2 else "model_step", input_tokens=q))
     unique = sorted(set(seqs))
-    state = SessionCounters.decode(s["s1"])
+    state = SessionCounters.decode(s[b"s1"])
     assert state.events == len(unique)
     assert state.tool_calls == sum(1 for q in unique if q % 2)
     assert state.input_tokens == sum(unique)  # every event carried input_tokens=seq
@@ -180,16 +180,16 @@ def _looping_events(n: int) -> list[TraceEvent]:
 
 
 def test_engine_table_counts_fired_patterns_once() -> None:
-    s: dict[str, bytes] = {}
-    e: dict[str, bytes] = {}
+    s: dict[bytes, bytes] = {}
+    e: dict[bytes, bytes] = {}
     p = EventProcessor(s, {}, {}, e)
     events = _looping_events(8)
     for x in events + events[:6]:
         p.apply(x)
-    state = SessionCounters.decode(s["s1"])
+    state = SessionCounters.decode(s[b"s1"])
     assert state.events == 16 and p.duplicates == 6
     assert state.patterns_fired.get("doom_loop", 0) >= 1
-    assert "s1" in e
+    assert b"s1" in e
     # a fresh processor over the same tables resumes the engine from its stored state
     before = dict(state.patterns_fired)
     p2 = EventProcessor(s, {}, {}, e)
@@ -198,14 +198,14 @@ def test_engine_table_counts_fired_patterns_once() -> None:
         ev(16, "tool_call", call_id="c9", tool_name="run_tests", input={"cmd": "pytest"})
     )
     assert out.applied and out.engine is not None and out.engine.applied
-    assert SessionCounters.decode(s["s1"]).events == 17
-    assert SessionCounters.decode(s["s1"]).patterns_fired.keys() >= before.keys()
+    assert SessionCounters.decode(s[b"s1"]).events == 17
+    assert SessionCounters.decode(s[b"s1"]).patterns_fired.keys() >= before.keys()
 
 
 def test_engine_rejection_changes_no_table() -> None:
-    s: dict[str, bytes] = {}
-    b: dict[str, bytes] = {}
-    e: dict[str, bytes] = {}
+    s: dict[bytes, bytes] = {}
+    b: dict[bytes, bytes] = {}
+    e: dict[bytes, bytes] = {}
     p = EventProcessor(s, b, {}, e)
     p.apply(ev(0, "tool_call", call_id="a", tool_name="read"))
     snapshot = (dict(s), dict(b), dict(e))

@@ -26,6 +26,9 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("export", "export", "export recorded Kafka sessions to Avro, JSONL or Parquet files"),
     ("watch", "watch", "live view of sessions' assessments and patterns as they are published"),
     ("demo", "demo", "start broker, router and worker, run a simulated fleet, show state live"),
+    ("snapshot", "snapshot", "create, list, show and restore snapshots of a session's state"),
+    ("history", "history", "query detected patterns and assessments by session, tree and time"),
+    ("topics", "topics", "list session topics; archive and delete idle ones (gc)"),
 )
 
 EPILOG = """\

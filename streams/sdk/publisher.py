@@ -66,6 +66,7 @@ from streams.core.events import (
     META_INPUT_TRUNCATED,
     META_OBSERVER_PROFILE,
     META_OUTPUT_TRUNCATED,
+    META_SNAPSHOT_ID,
     META_TASK,
     Budget,
     EventType,
@@ -568,6 +569,35 @@ class Session:
                 max_tool_calls=_opt_int(max_tool_calls, "budget.max_tool_calls"),
             ),
         )
+
+    def snapshot(self, snapshot_id: str | None = None, *, timestamp_ms: int | None = None) -> str:
+        """Ask the observer for a restore point; returns its id.
+
+        Emits a ``snapshot`` control event (``metadata["snapshot_id"]``).  The id
+        defaults to ``snap-<seq>`` where ``seq`` is this event's own seq, so it
+        is unique within the session.  See :mod:`streams.snapshots` for what the
+        worker stores and what a later :meth:`restore` brings back.
+        """
+        from streams.snapshots import check_snapshot_id
+
+        with self._lock:  # the id names the seq this very event gets
+            self.start()
+            sid = snapshot_id if snapshot_id is not None else f"snap-{self._seq}"
+            check_snapshot_id(sid, field="snapshot_id")
+            self._emit("snapshot", timestamp_ms=timestamp_ms, metadata={META_SNAPSHOT_ID: sid})
+        return sid
+
+    def restore(self, snapshot_id: str, *, timestamp_ms: int | None = None) -> None:
+        """Make the observer go back to the restore point ``snapshot_id``.
+
+        Trajectory window, observer state, budget and current assessment return
+        to that point; later events continue from there (``seq`` keeps growing).
+        An id the observer no longer holds is dead-lettered by the worker.
+        """
+        from streams.snapshots import check_snapshot_id
+
+        check_snapshot_id(snapshot_id, field="snapshot_id")
+        self._emit("restore", timestamp_ms=timestamp_ms, metadata={META_SNAPSHOT_ID: snapshot_id})
 
     def emit(self, event: TraceEvent) -> TraceEvent:
         """Publish a prepared event (e.g. read from a file) as part of this session.

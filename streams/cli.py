@@ -24,6 +24,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("eval", "eval", "run AgentV's tool_trajectory evaluator over a trajectory"),
     ("replay", "replay", "re-run the core over recorded Kafka sessions, or re-publish them"),
     ("export", "export", "export recorded Kafka sessions to Avro, JSONL or Parquet files"),
+    ("report", "report", "one self-contained HTML (+JSON) analyst report over trajectories"),
     ("watch", "watch", "live view of sessions' assessments and patterns as they are published"),
     ("demo", "demo", "start broker, router and worker, run a simulated fleet, show state live"),
     ("snapshot", "snapshot", "create, list, show and restore snapshots of a session's state"),

@@ -51,8 +51,9 @@ PALETTE: Final[tuple[str, ...]] = (
 CSS: Final = """
 body{font:14px/1.45 system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px;color:#1d2330;
 background:#fafbfc}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde1e7;
-padding-bottom:4px}h3{font-size:14px;margin:16px 0 4px}
+h1{font-size:22px;margin:0 0 4px}
+h2{font-size:17px;margin:28px 0 8px;border-bottom:1px solid #dde1e7;padding-bottom:4px}
+h3{font-size:14px;margin:16px 0 4px}
 .cards{display:flex;gap:12px;flex-wrap:wrap;margin:12px 0}
 .card{background:#fff;border:1px solid #dde1e7;border-radius:6px;padding:8px 14px;min-width:110px}
 .card b{display:block;font-size:20px}
@@ -62,7 +63,8 @@ th{background:#f0f2f5}td.n{text-align:right;font-variant-numeric:tabular-nums}
 code{font-size:12px}svg{background:#fff;border:1px solid #dde1e7;border-radius:4px;display:block;
 margin:6px 0}.note{color:#6b7280}
 .legend span{display:inline-block;margin-right:14px}
-.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;border-radius:2px}
+.legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px;
+border-radius:2px}
 """
 
 
@@ -194,8 +196,9 @@ def fleet_svg(data: dict[str, Any]) -> str:
             f'<text x="{left - 8}" y="{y + 11}" font-size="11" text-anchor="end">'
             f"{escape(s['session_id'][:30])}</text>"
         )
+        width = max(1.0, x(s["end_ms"]) - x(s["start_ms"]))
         parts.append(
-            f'<rect x="{x(s["start_ms"])}" y="{y + 2}" width="{max(1.0, x(s["end_ms"]) - x(s["start_ms"]))}" '
+            f'<rect x="{x(s["start_ms"])}" y="{y + 2}" width="{width}" '
             f'height="{row_h - 4}" fill="{SEVERITY_COLOUR["none"]}"/>'
         )
         lane = s["severity_over_time"]

@@ -154,7 +154,8 @@ class Router:
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
-        self._failed = False  # set by a fatal error: never commit after it
+        self._failed = False  # set by a fatal error or a bug: never commit after it
+        self._producer_dead = False  # fatal producer error (e.g. fenced): do not use it
         self._fatal_cause: str | None = None
         self._txn_started = 0.0
         self._txn_msgs = 0
@@ -254,12 +255,17 @@ class Router:
         if self._consumer is not None:
             if self._in_txn and not self._failed:
                 self._commit()
-            # After a fatal error the open transaction is left to the broker: it is
-            # aborted on transaction timeout or when this transactional id restarts.
+            elif self._in_txn and not self._producer_dead and self._producer is not None:
+                # After a bug: abort now, so read_committed readers are not held back
+                # until the transaction times out.
+                self._producer.abort_transaction(30.0)
+                self._in_txn = False
+            # After a fatal producer error the open transaction is left to the broker:
+            # it is aborted when this transactional id restarts (or on timeout).
             self._consumer.close()  # on_revoke runs here; nothing is open any more
             self._consumer = None
         if self._producer is not None:
-            if not self._failed:  # a fenced/fatal producer cannot deliver anything more
+            if not self._producer_dead:  # a fenced producer cannot deliver anything
                 self._producer.flush(10.0)
             self._producer = None
 
@@ -285,6 +291,22 @@ class Router:
             self.start()
         consumer = self._consumer
         assert consumer is not None
+        try:
+            return self._run(consumer, max_seconds, until)
+        except BaseException:
+            # Not a bad message (those are dead-lettered) but a bug or a fatal error:
+            # never commit after it -- the consumed position already covers the
+            # message that failed.  close() aborts the open transaction (or, if the
+            # producer itself is dead, the broker does when this id restarts).
+            self._failed = True
+            raise
+
+    def _run(
+        self,
+        consumer: Consumer,
+        max_seconds: float | None,
+        until: Callable[[RouterStats], bool] | None,
+    ) -> RouterStats:
         deadline = None if max_seconds is None else time.monotonic() + max_seconds
         last_status = self.stats()
         cfg = self.config
@@ -446,6 +468,7 @@ class Router:
     def _fatal(self, what: str, exc: KafkaException) -> DeliveryError:
         """Mark the router failed (nothing is committed after this) and explain why."""
         self._failed = True
+        self._producer_dead = True
         if self._fatal_cause is None and self._producer is not None:
             # A generic "Local: Fatal error" from produce(): polling a fatal producer
             # raises the underlying error (e.g. fenced by a newer instance).

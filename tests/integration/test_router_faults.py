@@ -304,3 +304,39 @@ def test_zombie_with_same_transactional_id_is_fenced_and_stops_loudly(
     assert not [k for k, c in got.items() if c > 1], "duplicates"
     assert set(got) == set(published), "lost events"
     print(f"\nzombie fencing: old router stopped with: {str(failure[0])[:160]}")
+
+
+def test_bug_in_decoder_stops_router_and_loses_nothing(
+    settings: Settings, create_topics: Any
+) -> None:
+    """A non-input error (here: a decoder bug) must not commit the consumed position
+    past the failing message; the open transaction is aborted, a restart re-reads."""
+    topic = settings.session_topic("b1")
+    create_topics(topic)
+    producer = Producer({"bootstrap.servers": settings.bootstrap})
+    for seq in range(60):
+        producer.produce(topic, encoded("b1", seq), b"b1")
+    assert producer.flush(10) == 0
+
+    class Buggy:
+        def decode(self, data: bytes) -> TraceEvent:
+            ev = SERDE.decode(data)
+            if ev.seq == 30:
+                raise RuntimeError("decoder bug on seq 30")
+            return ev
+
+    config = RouterConfig(batch_max_messages=1000, batch_max_ms=5000, status_interval_s=0)
+    router = Router(settings, config, decoder=Buggy())
+    router.start()
+    try:
+        with pytest.raises(RuntimeError, match="seq 30"):
+            router.run(max_seconds=30)
+    finally:
+        router.close()  # must abort, not commit, the open transaction
+    assert router.stats().routed == 0
+    assert committed_events(settings, 0, idle_s=1.0) == []
+
+    with Router(settings, config) as fixed:
+        final = fixed.run(until=lambda s: s.routed >= 60, max_seconds=30)
+    assert final.routed == 60
+    assert sorted(committed_events(settings, 60)) == [("b1", i) for i in range(60)]

@@ -35,6 +35,7 @@ import re
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
 
@@ -478,12 +479,27 @@ def read_archive(path: Path, fmt: ArchiveFormat) -> list[TraceEvent]:
 
         serde = EventSerde("single-object")
         with path.open("rb") as fh:
-            # Reader schema without logicalType: timestamps stay int epoch ms.
+            # fastavro applies the writer's timestamp-millis logical type even with
+            # a reader schema without it: turn those datetimes back into epoch ms.
             return [
-                serde.from_record(r)  # type: ignore[arg-type]
+                serde.from_record(_epoch_ms(r))
                 for r in fastavro.reader(fh, reader_schema=codec_schema("trace_event"))
             ]
     raise ConfigError("--archive-format", f"{fmt!r}: use one of {', '.join(ARCHIVE_FORMATS)}")
+
+
+_EPOCH: Final = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _epoch_ms(value: Any) -> Any:
+    """Recursively replace timezone-aware datetimes by exact epoch milliseconds."""
+    if isinstance(value, datetime):
+        return (value - _EPOCH) // timedelta(milliseconds=1)
+    if isinstance(value, dict):
+        return {k: _epoch_ms(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_epoch_ms(v) for v in value]
+    return value
 
 
 def archive_path(directory: Path, topic: str, fmt: ArchiveFormat) -> Path:

@@ -23,6 +23,7 @@ in the partition its events arrive on.
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,7 @@ import faust
 from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.web import Request, Response, View
 
+from streams.app.outputs import OutputEncoder
 from streams.app.processor import EventProcessor
 from streams.app.state import BudgetState, MinuteCounts, SessionCounters
 from streams.core.codec import decode_state
@@ -120,15 +122,26 @@ class WorkerApp:
     dlq_topic: Any
 
 
+class _OutputError(Exception):
+    """An applied event whose pattern/assessment/snapshot records cannot be encoded."""
+
+    def __init__(self, cause: BaseException) -> None:
+        self.cause = cause
+        super().__init__(f"applied, but its outputs cannot be encoded: {cause}")
+
+
 def _dlq_headers(exc: BaseException, message: Any) -> list[tuple[str, bytes]]:
     """The router's DLQ header names (``streams.router.validate``), plus ``dlq.stage``."""
+    stage = b"worker-output" if isinstance(exc, _OutputError) else b"worker"
+    if isinstance(exc, _OutputError):
+        exc = exc.cause
     return [
         ("dlq.reason", str(exc).encode("utf-8", "replace")[:1000]),
         ("dlq.error_class", type(exc).__name__.encode()),
         ("dlq.source.topic", str(message.topic).encode()),
         ("dlq.source.partition", str(message.partition).encode()),
         ("dlq.source.offset", str(message.offset).encode()),
-        ("dlq.stage", b"worker"),
+        ("dlq.stage", stage),
     ]
 
 
@@ -223,6 +236,16 @@ def create_app(
         partitions=n_partitions,
     )
     dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")
+    out_topics = {
+        kind: app.topic(topic, key_serializer="raw", value_serializer="raw")
+        for kind, topic in (
+            ("patterns", settings.patterns_topic),
+            ("assessments", settings.assessments_topic),
+            ("assessment_history", settings.assessment_history_topic),
+            ("snapshots", settings.snapshots_topic),
+        )
+    }
+    encoder = OutputEncoder(settings, engine_config) if with_engine else None
     # 'driver' is popped from (and aliased with) this dict by the Store: pass fresh dicts.
     table_kw: dict[str, Any] = {
         "default": None,
@@ -267,8 +290,19 @@ def create_app(
                         "(producers must key <prefix>.events by session id)",
                     )
                 # InvalidEventError from the engine comes before any table changed
-                processor.apply(event)
-            except (SerdeError, InvalidEventError) as exc:
+                result = processor.apply(event)
+                records = []
+                if encoder is not None:
+                    try:
+                        records = encoder.records(
+                            event,
+                            result.engine,
+                            functools.partial(processor.engine_state, event.session_id),
+                        )
+                    except (SerdeError, InvalidEventError) as exc:
+                        # the tables did apply it; only its outputs cannot be encoded
+                        raise _OutputError(exc) from exc
+            except (SerdeError, InvalidEventError, _OutputError) as exc:
                 log.warning(
                     "dead-lettering %s[%s]@%s: %s: %s",
                     message.topic,
@@ -278,6 +312,7 @@ def create_app(
                     exc,
                 )
                 await dlq.send(key=ev.key, value=value, headers=_dlq_headers(exc, message))
+                continue
             except Exception as exc:
                 # Faust's supervisor would restart the agent and carry on past this
                 # message (it gets acked): never silently skip. Stop the worker instead;
@@ -291,6 +326,11 @@ def create_app(
                 )
                 await app.crash(exc)
                 raise
+            for rec in records:
+                # same producer as the changelogs: flushed before the offset commit
+                await out_topics[rec.kind].send(
+                    key=rec.key, value=rec.value, headers=list(rec.headers) or None
+                )
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode's stub wants signal=
     async def _on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from streams.app.state import BudgetState, MinuteCounts, SessionCounters, minute_key, minute_start
 from streams.core.codec import decode_state, encode_state
-from streams.core.engine import EngineOutput, SessionEngine
+from streams.core.engine import EngineOutput, SessionEngine, SessionState
 from streams.core.events import TraceEvent
 
 if TYPE_CHECKING:
@@ -132,6 +132,10 @@ class EventProcessor:
             cached = (engine, raw)
             self._engines[sid] = cached
         return cached
+
+    def engine_state(self, session_id: str) -> SessionState:
+        """The session's engine state right now (e.g. for a snapshot record)."""
+        return self._engine(session_id)[0].snapshot()
 
     def _run_engine(self, event: TraceEvent) -> EngineOutput | None:
         if self.engines is None:

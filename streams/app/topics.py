@@ -1,4 +1,8 @@
-"""Make sure ``<prefix>.events`` and ``<prefix>.dlq`` exist before Faust uses them.
+"""Make sure the worker's input and output topics exist before Faust uses them.
+
+Input ``<prefix>.events``; outputs ``<prefix>.dlq``, ``.patterns``,
+``.assessments`` (compacted), ``.assessment-history`` and ``.snapshots``
+(compacted, via :func:`streams.snapshots.ensure_snapshots_topic`).
 
 Why: Faust only creates topics it owns (changelogs); a source topic created by
 broker auto-creation would get the broker's default partition count, and the
@@ -17,7 +21,7 @@ from streams.settings import Settings
 
 
 def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
-    """Create ``<prefix>.events`` / ``<prefix>.dlq`` if missing; return the events partitions."""
+    """Create the missing topics; return the partition count of ``<prefix>.events``."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
@@ -29,10 +33,18 @@ def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
         raise BrokerError(
             f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"
         ) from exc
-    wanted = {name: settings.events_partitions, settings.dlq_topic: 1}
+    n = settings.events_partitions
+    compact = {"cleanup.policy": "compact"}
+    wanted: dict[str, tuple[int, dict[str, str]]] = {
+        name: (n, {}),
+        settings.dlq_topic: (1, {}),
+        settings.patterns_topic: (n, {}),
+        settings.assessments_topic: (n, compact),  # the latest assessment per session
+        settings.assessment_history_topic: (n, {}),
+    }
     missing = [
-        NewTopic(t, num_partitions=n, replication_factor=1)
-        for t, n in wanted.items()
+        NewTopic(t, num_partitions=parts, replication_factor=1, config=cfg)
+        for t, (parts, cfg) in wanted.items()
         if t not in md.topics or md.topics[t].error is not None
     ]
     if missing:
@@ -42,6 +54,10 @@ def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
             except KafkaException as exc:
                 if "TOPIC_ALREADY_EXISTS" not in str(exc):
                     raise BrokerError(f"cannot create topic {topic!r}: {exc}") from exc
+    if settings.snapshots_topic not in md.topics:
+        from streams.snapshots import ensure_snapshots_topic
+
+        ensure_snapshots_topic(admin, settings, timeout_s=timeout_s)
     # Right after creation the metadata can still show the topic with 0 partitions.
     deadline = time.monotonic() + timeout_s
     while True:

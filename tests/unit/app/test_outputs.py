@@ -1,0 +1,81 @@
+"""Worker outputs: pattern/assessment/snapshot records built from engine outputs (no Kafka)."""
+
+from __future__ import annotations
+
+from streams.app.outputs import OutputEncoder
+from streams.app.processor import EventProcessor
+from streams.core.events import META_SNAPSHOT_ID, TraceEvent
+from streams.serde import AssessmentSerde, PatternSerde
+from streams.settings import Settings
+from streams.snapshots import decode_snapshot
+
+T0 = 1_767_225_600_000
+
+
+def looping(n: int) -> list[TraceEvent]:
+    out: list[TraceEvent] = []
+    for i in range(n):
+        ts = T0 + i * 2000
+        out.append(
+            TraceEvent(
+                "tool_call",
+                "s1",
+                2 * i,
+                ts,
+                call_id=f"c{i}",
+                tool_name="run_tests",
+                input={"cmd": "pytest"},
+            )
+        )
+        out.append(
+            TraceEvent(
+                "tool_result",
+                "s1",
+                2 * i + 1,
+                ts + 500,
+                call_id=f"c{i}",
+                tool_name="run_tests",
+                is_error=True,
+                error_message="AssertionError: assert 404 == 200",
+            )
+        )
+    return out
+
+
+def run(events: list[TraceEvent]) -> tuple[EventProcessor, list]:  # type: ignore[type-arg]
+    p = EventProcessor({}, {}, {}, {})
+    enc = OutputEncoder(Settings(prefix="t"))
+    recs = []
+    for ev in events:
+        res = p.apply(ev)
+        recs.extend(enc.records(ev, res.engine, lambda ev=ev: p.engine_state(ev.session_id)))
+    return p, recs
+
+
+def test_patterns_and_assessments_are_published_once() -> None:
+    events = looping(10)
+    _, recs = run(events + events[:8])  # redelivered copies publish nothing
+    kinds = [r.kind for r in recs]
+    patterns = [PatternSerde().decode(r.value) for r in recs if r.kind == "patterns"]
+    assert any(p.pattern_type == "doom_loop" for p in patterns)
+    assert all(r.key == b"s1" for r in recs)
+    assert {p.seq for p in patterns} <= {e.seq for e in events}
+    # every assessment goes to the compacted topic and to the history, same bytes
+    latest = [r.value for r in recs if r.kind == "assessments"]
+    history = [r.value for r in recs if r.kind == "assessment_history"]
+    assert latest == history and latest
+    wire = AssessmentSerde().decode(latest[-1])
+    assert wire.session_id == "s1" and wire.rendered.startswith("## Trajectory Assessment")
+    _, again = run(events)
+    assert [r.kind for r in again] == kinds  # deterministic, duplicates added nothing
+
+
+def test_snapshot_event_publishes_restore_point() -> None:
+    events = looping(3)
+    snap = TraceEvent("snapshot", "s1", 6, T0 + 60_000, metadata={META_SNAPSHOT_ID: "before-fix"})
+    _, recs = run([*events, snap])
+    snaps = [r for r in recs if r.kind == "snapshots"]
+    assert len(snaps) == 1
+    assert snaps[0].key == b"s1/before-fix"
+    assert dict(snaps[0].headers)["seq"] == b"6"
+    assert decode_snapshot(snaps[0].value).last_seq == 6

@@ -1,0 +1,191 @@
+"""Replay's pure parts: bounds, event-time merge, live diff, Avro/JSONL/Parquet files."""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+
+import fastavro
+import pytest
+
+from streams.core.errors import ConfigError
+from streams.core.events import Budget, TraceEvent
+from streams.importers.offline import analyze_events
+from streams.replay.export import export_events, read_avro_events
+from streams.replay.reader import Bound, parse_bound, session_key_filter
+from streams.replay.replay import diff_live, replay_events, write_avro, write_jsonl
+from streams.replay.republish import event_time_order
+from streams.serde import AssessmentWire, PatternSerde
+
+T0 = 1_700_000_000_000
+
+
+def failing_session(sid: str, start: int, n: int = 8) -> list[TraceEvent]:
+    out = [
+        TraceEvent("session_start", sid, 0, start, agent_id="ag", metadata={"task": "fix foo.py"})
+    ]
+    t = start
+    for i in range(n):
+        t += 1000
+        out.append(
+            TraceEvent(
+                "tool_call",
+                sid,
+                len(out),
+                t,
+                tool_name="bash",
+                call_id=f"c{i}",
+                input={"command": "pytest -x"},
+            )
+        )
+        out.append(
+            TraceEvent(
+                "tool_result",
+                sid,
+                len(out),
+                t + 200,
+                call_id=f"c{i}",
+                is_error=True,
+                error_message="1 failed",
+                output={"rc": 1},
+            )
+        )
+    out.append(
+        TraceEvent("budget", sid, len(out), t + 300, budget=Budget(max_tokens=10, tokens_used=3))
+    )
+    return out
+
+
+def test_parse_bound() -> None:
+    assert parse_bound(None, "--from") is None
+    assert parse_bound("42", "--from") == Bound("offset", 42)
+    assert parse_bound("2023-11-14T22:13:20Z", "--to") == Bound("time", T0)
+    with pytest.raises(ConfigError, match="--from"):
+        parse_bound("yesterday", "--from")
+
+
+def test_key_filter() -> None:
+    f = session_key_filter(None, "run-*")
+    assert f is not None and f(b"run-1") and not f(b"other") and not f(None)
+    g = session_key_filter(["x"], None)
+    assert g is not None and g(b"x") and not g(b"xy")
+    assert session_key_filter(None, None) is None
+
+
+def test_event_time_order_merges_and_keeps_session_order() -> None:
+    a = [TraceEvent("message", "a", i, T0 + t) for i, t in enumerate((0, 30, 10, 40))]
+    b = [TraceEvent("message", "b", i, T0 + t) for i, t in enumerate((5, 35))]
+    merged = event_time_order(a + b)
+    assert [(e.session_id, e.seq) for e in merged] == [
+        ("a", 0),
+        ("b", 0),
+        ("a", 1),
+        ("a", 2),
+        ("b", 1),
+        ("a", 3),
+    ]  # a's seq 2 (t=10, before its seq 1) stays after seq 1
+
+
+def test_replay_jsonl_equals_analyze_records() -> None:
+    evs = failing_session("s2", T0) + failing_session("s1", T0 + 50)
+    result = replay_events(evs)
+    buf = io.StringIO()
+    n = write_jsonl(result, buf)
+    lines = buf.getvalue().splitlines()
+    assert n == len(lines) > 0
+    # sessions in sorted order, each in event order == analyze over the sorted events
+    expected = [
+        json.dumps(r, ensure_ascii=False)
+        for r in analyze_events(sorted(evs, key=lambda e: e.session_id))
+    ]
+    assert lines == expected
+    assert {json.loads(x)["kind"] for x in lines} == {"pattern", "assessment"}
+
+
+def test_avro_output_reads_back(tmp_path) -> None:
+    result = replay_events(failing_session("s1", T0))
+    path = tmp_path / "out.avro"
+    n = write_avro(result, str(path))
+    with open(path, "rb") as handle:
+        items = list(fastavro.reader(handle, return_record_name=True))
+    assert (
+        len(items)
+        == n
+        == len(result.sessions["s1"].patterns) + len(result.sessions["s1"].assessments)
+    )
+    names = {name for name, _ in items}
+    assert names == {"io.trajectory.v1.PatternDetection", "io.trajectory.v1.AssessmentRecord"}
+    rendered = [r["rendered"] for name, r in items if name.endswith("AssessmentRecord")]
+    assert rendered == [a.rendered for a in result.sessions["s1"].assessments]
+    # a datum equals what the serde puts on the wire for the same value
+    first_p = result.sessions["s1"].patterns[0]
+    wire = PatternSerde().to_record(first_p)
+    datum = next(r for name, r in items if name.endswith("PatternDetection"))
+    datum["timestamp_ms"] = first_p.timestamp_ms  # fastavro returns timestamp-millis as datetime
+    datum["first_seen_ms"] = wire["first_seen_ms"]
+    assert datum == wire
+
+
+def test_diff_live_identical_then_differences() -> None:
+    result = replay_events(failing_session("s1", T0))
+    sr = result.sessions["s1"]
+    timer = AssessmentWire("s1", 99, T0, "timer", rendered="whatever")
+    other = AssessmentWire("zz", 1, T0, "event", rendered="not ours")
+    ok = diff_live(result, list(sr.patterns), [*sr.assessments, timer, other])
+    assert ok.ok, ok.render()
+    assert ok.timer_assessments_ignored == 1
+    assert ok.assessments_compared == len(sr.assessments)
+
+    changed = dataclasses.replace(sr.assessments[0], rendered=sr.assessments[0].rendered + "x")
+    bad = diff_live(result, list(sr.patterns), [changed, *sr.assessments[1:]])
+    assert not bad.ok and "rendered markdown differs" in bad.render()
+
+    missing = diff_live(result, list(sr.patterns[1:]), list(sr.assessments))
+    assert not missing.ok and "pattern #" in missing.differences[0]
+
+    # only the compacted tail survived: older assessments gone is not a difference
+    tail = diff_live(result, list(sr.patterns), [sr.assessments[-1]])
+    assert tail.ok, tail.render()
+    # but the last one missing (no later live record) is
+    gone = diff_live(result, list(sr.patterns), list(sr.assessments[:-1]))
+    assert not gone.ok and "replay only" in gone.render()
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "avro", "parquet"])
+def test_export_round_trip(tmp_path, fmt: str) -> None:
+    evs = [
+        *failing_session("s1", T0, 3),
+        TraceEvent(
+            "message",
+            "s1",
+            99,
+            T0 + 99000,
+            text="héllo",
+            metadata={"k": "v"},
+            input={"nested": [1, 2.5, None, {"a": True}]},
+        ),
+    ]
+    path = tmp_path / f"events.{fmt}"
+    assert export_events(iter(evs), str(path), fmt) == len(evs)
+    if fmt == "jsonl":
+        from streams.core.jsonl import read_jsonl
+
+        with open(path, encoding="utf-8") as handle:
+            back = list(read_jsonl(handle))
+    elif fmt == "avro":
+        back = read_avro_events(str(path))
+    else:
+        pq = pytest.importorskip("pyarrow.parquet")
+        from streams.serde import EventSerde
+
+        rows = pq.read_table(str(path)).to_pylist()
+        for r in rows:
+            r["metadata"] = dict(r["metadata"] or [])
+        back = [EventSerde().from_record(r) for r in rows]
+    assert back == evs
+
+
+def test_export_unknown_format(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="--format"):
+        export_events([], str(tmp_path / "x"), "csv")

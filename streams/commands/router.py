@@ -19,7 +19,11 @@ Examples:
   trajectory router --batch-size 500 --batch-ms 50   # smaller transactions, lower latency
 
 Every --status-every seconds it logs one line: routed/DLQ totals and rates.
-SIGTERM or Ctrl-C commits the open transaction and exits 0.
+SIGTERM or Ctrl-C commits the open transaction and exits 0.  Each instance is a
+static group member named by its transactional id: a restart with the same id
+resumes at once; a stopped instance's partitions move to the others after the
+10 s session timeout.  A fatal error (e.g. fenced by another instance with the
+same id) stops the router with exit code 2 and the reason.
 """
 
 from __future__ import annotations

@@ -29,6 +29,7 @@ same id) stops the router with exit code 2 and the reason.
 from __future__ import annotations
 
 import argparse
+import sys
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -149,7 +150,14 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
-    return run(parser.parse_args(argv))
+    args = parser.parse_args(argv)
+    from streams.core.errors import TrajectoryError
+
+    try:
+        return run(args)
+    except TrajectoryError as exc:  # same contract as the `trajectory` front
+        print(f"trajectory router: error: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

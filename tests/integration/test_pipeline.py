@@ -20,6 +20,33 @@ from test_worker import REPO, WorkerProc  # tests/integration is on sys.path (ro
 from streams.settings import Settings
 
 
+def read_all(settings: Settings, topic: str, idle_s: float = 3.0) -> list[tuple[bytes, bytes]]:
+    """Every record of ``topic`` (until ``idle_s`` without a new one after the first)."""
+    import time
+    import uuid
+
+    from confluent_kafka import Consumer
+
+    c = Consumer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "group.id": f"{settings.prefix}-{uuid.uuid4().hex[:6]}",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    c.subscribe([topic])
+    out: list[tuple[bytes, bytes]] = []
+    last = time.monotonic() + 20  # allow up to ~20 s for the group join / first record
+    while time.monotonic() - last < idle_s:
+        msg = c.poll(0.3)
+        if msg is not None and msg.error() is None:
+            out.append((msg.key(), msg.value()))
+            last = time.monotonic()
+    c.close()
+    return out
+
+
 @pytest.mark.timeout(300)
 def test_simulated_fleet_reaches_worker_tables_exactly_once(
     settings: Settings, tmp_path: Path
@@ -85,6 +112,22 @@ def test_simulated_fleet_reaches_worker_tables_exactly_once(
                 assert body["engine"]["assessment"]["severity"] in ("warning", "critical")
         assert sum(1 for s in expected if s.endswith("-healthy")) >= 4
         assert loops_checked >= 1  # the doom-loop check above really ran
+        # the worker's outputs: patterns and assessments on their topics
+        patterns = read_all(settings, settings.patterns_topic)
+        assessments = read_all(settings, settings.assessments_topic)
+        history = read_all(settings, settings.assessment_history_topic)
+        from streams.serde import AssessmentSerde, PatternSerde
+
+        pserde, aserde = PatternSerde(), AssessmentSerde()
+        doom = {
+            p.session_id
+            for p in (pserde.decode(v) for _, v in patterns)
+            if p.pattern_type == "doom_loop"
+        }
+        assert {s for s in expected if s.endswith("-looping")} & doom
+        assert not {s for s in doom if s.endswith("-healthy")}
+        assert all(k == aserde.decode(v).session_id.encode() for k, v in assessments)
+        assert len(history) >= len(assessments) > 0
     finally:
         code = worker.stop()
         router.terminate()

@@ -195,7 +195,7 @@ def announced_parents(settings: Settings) -> dict[str, str | None]:
     from streams.topics import admin_client, scan_topic
 
     topic = settings.control_topic
-    md = admin_client(settings).list_topics(topic=topic, timeout=15.0)
+    md = admin_client(settings).list_topics(timeout=15.0)  # no topic=: that may auto-create it
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None:
         return {}

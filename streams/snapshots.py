@@ -301,7 +301,7 @@ def _last_event(settings: Settings, session_id: str) -> TraceEvent | None:
     from streams.topics import admin_client, reader
 
     topic = settings.session_topic(session_id)
-    md = admin_client(settings).list_topics(topic=topic, timeout=15.0)
+    md = admin_client(settings).list_topics(timeout=15.0)  # no topic=: that may auto-create it
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None or not tmd.partitions:
         raise InvalidEventError(

@@ -121,7 +121,9 @@ def topic_partitions(
     from confluent_kafka import KafkaException
 
     try:
-        md = admin.list_topics(topic=topic, timeout=timeout_s)
+        # Never list_topics(topic=...): on a broker with auto-creation on, that
+        # metadata request creates the topic (with the wrong config).
+        md = admin.list_topics(timeout=timeout_s)
     except KafkaException as exc:
         raise BrokerError(
             f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"

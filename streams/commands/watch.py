@@ -149,7 +149,7 @@ class WatchState:
             if trend is None:
                 previous = row.severity if row.seq >= 0 else None  # None: first seen
                 if current in SEVERITIES and (previous is None or previous in SEVERITIES):
-                    trend = severity_trend(previous, current)  # type: ignore[arg-type]
+                    trend = severity_trend(previous, current)
                 else:
                     trend = "steady"
             row.trend = trend

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Any, Final
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.core.errors import BrokerError, ConfigError
 from streams.serde.codec import AssessmentSerde, AssessmentWire
@@ -129,7 +129,13 @@ def latest_assessment(
     config["isolation.level"] = "read_committed"
     consumer = Consumer(config)
     try:
-        md = consumer.list_topics(topic, timeout=timeout_s)
+        try:
+            md = consumer.list_topics(topic, timeout=timeout_s)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot read metadata of {topic} from Kafka at {settings.bootstrap}: {exc} "
+                "(is the broker running? `trajectory broker start`)"
+            ) from exc
         tm = md.topics.get(topic)
         if tm is None or tm.error is not None or not tm.partitions:
             if (
@@ -191,7 +197,7 @@ def _scan(
                         raise BrokerError(f"reading {tp.topic}: {err.str()}")
                     continue  # transient: librdkafka retries until the deadline
                 offset = msg.offset()
-                if offset >= end:
+                if offset is None or offset >= end:
                     return last
                 if msg.key() == key:
                     last = msg.value() or b""

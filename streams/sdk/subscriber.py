@@ -78,7 +78,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Final, Literal, TypeAlias
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.core.assessment import SEVERITIES, severity_rank
 from streams.core.errors import BrokerError, ConfigError, MalformedMessageError, SerdeError
@@ -477,7 +477,13 @@ class AssessmentSubscriber:
         todo = [t for t in self.topics if t not in self._assigned]
         if not todo:
             return
-        md = self._consumer.list_topics(timeout=10)
+        try:
+            md = self._consumer.list_topics(timeout=10)
+        except KafkaException as exc:
+            raise BrokerError(
+                f"cannot read topic metadata from Kafka at {self.settings.bootstrap}: {exc} "
+                "(is the broker running? `trajectory broker start`)"
+            ) from exc
         new: list[TopicPartition] = []
         for topic in todo:
             tm = md.topics.get(topic)

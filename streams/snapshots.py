@@ -58,7 +58,6 @@ drops whichever arrives second as a duplicate.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -174,7 +173,7 @@ def ensure_snapshots_topic(
     points to retention, so that raises :class:`ConfigError` naming the setting.
     """
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import ConfigResource, NewTopic
+    from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-defined]
 
     from streams.sdk.publisher import RECORD_OVERHEAD
 
@@ -424,7 +423,7 @@ def request_restore(
     return _request(settings, session_id, "restore", snapshot_id)
 
 
-def state_summary(state: SessionState) -> Mapping[str, Any]:
+def state_summary(state: SessionState) -> dict[str, Any]:
     """A human-sized summary of a stored state (``trajectory snapshot show``)."""
     analysis = state.analysis
     window = len(analysis.window) if analysis is not None else 0

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from confluent_kafka.admin import ConfigResource
+from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
 from streams.cli import main
 from streams.core.codec import decode_state, encode_state
@@ -40,7 +40,11 @@ T0 = 1_760_000_000_000
 
 def session_events(settings: Settings, session_id: str) -> list[TraceEvent]:
     serde = EventSerde()
-    return [serde.decode(r.value) for r in scan_topic(settings, settings.session_topic(session_id))]
+    out = []
+    for r in scan_topic(settings, settings.session_topic(session_id)):
+        assert r.value is not None
+        out.append(serde.decode(r.value))
+    return out
 
 
 def produce(

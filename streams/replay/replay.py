@@ -248,6 +248,8 @@ def diff_live(
     result: ReplayResult,
     live_patterns: Sequence[PatternRecord],
     live_assessments: Sequence[AssessmentWire],
+    *,
+    complete: bool = False,
 ) -> LiveDiff:
     """Diff live wire values against a replay, for the replay's sessions only.
 
@@ -256,7 +258,9 @@ def diff_live(
     equal the replay's at the same ``seq`` (``rendered`` markdown and
     ``max_severity``), and the replay's last assessment must be on the topic
     unless a later live record superseded it (the topic is compacted, so older
-    ones may be gone: their absence is not a difference).
+    ones may be gone: their absence is not a difference).  With ``complete=True``
+    (the live list is ``<prefix>.assessment-history``, which keeps every one)
+    every replayed assessment must be live too.
     """
     diff = LiveDiff(sessions=len(result.sessions))
     lp: dict[str, list[PatternRecord]] = {}
@@ -299,9 +303,13 @@ def diff_live(
                     f"{sid} assessment at seq {a.seq}: rendered markdown differs\n"
                     + _text_diff(mine.rendered, a.rendered)
                 )
-        if sr.assessments:
+        seen = {a.seq for a in la.get(sid, [])}
+        if complete:
+            for mine in sr.assessments:
+                if mine.seq not in seen:
+                    diff.differences.append(f"{sid} assessment at seq {mine.seq}: replay only")
+        elif sr.assessments:
             last = sr.assessments[-1]
-            seen = {a.seq for a in la.get(sid, [])}
             if last.seq not in seen and last_live_seq.get(sid, -1) <= last.seq:
                 diff.differences.append(
                     f"{sid} assessment at seq {last.seq}: replay only (the live topic has no "
@@ -330,10 +338,20 @@ def _text_diff(a: str, b: str) -> str:
 
 def read_live(
     bootstrap: str, prefix: str, *, timeout_s: float = 30.0, strict: bool = True
-) -> tuple[list[PatternRecord], list[AssessmentWire]]:
-    """Everything on ``<prefix>.patterns`` and ``<prefix>.assessments`` right now."""
+) -> tuple[list[PatternRecord], list[AssessmentWire], bool]:
+    """Everything on ``<prefix>.patterns`` and the assessments topic right now.
+
+    Assessments come from ``<prefix>.assessment-history`` (every one, the third
+    value is then True) when that topic exists, else from the compacted
+    ``<prefix>.assessments`` (False: older ones may have been compacted away).
+    """
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
     from streams.replay.reader import TopicReader
 
+    history = f"{prefix}.assessment-history"
+    existing = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout_s).topics
+    complete = history in existing
     patterns = list(
         TopicReader(
             bootstrap,
@@ -346,21 +364,21 @@ def read_live(
     assessments = list(
         TopicReader(
             bootstrap,
-            [f"{prefix}.assessments"],
+            [history if complete else f"{prefix}.assessments"],
             AssessmentSerde().decode,
             strict=strict,
             timeout_s=timeout_s,
         )
     )
-    return patterns, assessments
+    return patterns, assessments, complete
 
 
 def compare_with_live(
     prefix: str, result: ReplayResult, *, bootstrap: str, timeout_s: float = 30.0
 ) -> LiveDiff:
     """Read the live outputs of ``prefix`` and diff them against ``result``."""
-    patterns, assessments = read_live(bootstrap, prefix, timeout_s=timeout_s)
-    return diff_live(result, patterns, assessments)
+    patterns, assessments, complete = read_live(bootstrap, prefix, timeout_s=timeout_s)
+    return diff_live(result, patterns, assessments, complete=complete)
 
 
 __all__ = [

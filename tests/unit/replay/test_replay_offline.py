@@ -189,3 +189,16 @@ def test_export_round_trip(tmp_path, fmt: str) -> None:
 def test_export_unknown_format(tmp_path) -> None:
     with pytest.raises(ConfigError, match="--format"):
         export_events([], str(tmp_path / "x"), "csv")
+
+
+def test_diff_live_complete_history_requires_every_assessment() -> None:
+    result = replay_events(failing_session("s1", T0))
+    sr = result.sessions["s1"]
+    assert len(sr.assessments) >= 3
+    full = diff_live(result, list(sr.patterns), list(sr.assessments), complete=True)
+    assert full.ok, full.render()
+    middle = sr.assessments[1]
+    holes = [a for a in sr.assessments if a is not middle]
+    assert diff_live(result, list(sr.patterns), holes).ok  # compacted topic: tolerated
+    bad = diff_live(result, list(sr.patterns), holes, complete=True)
+    assert not bad.ok and f"seq {middle.seq}: replay only" in bad.render()

@@ -243,7 +243,7 @@ def check_tables(worker: WorkerProc, exp: dict[str, dict[str, Any]]) -> None:
         assert {m: e for m, e in got_errors.items() if e} == dict(d["minute_errors"]), sid
 
 
-def read_dlq(settings: Settings, timeout_s: float = 20.0) -> list[Any]:
+def read_dlq(settings: Settings, want: int = 1, timeout_s: float = 20.0) -> list[Any]:
     from confluent_kafka import Consumer
 
     c = Consumer(
@@ -256,7 +256,7 @@ def read_dlq(settings: Settings, timeout_s: float = 20.0) -> list[Any]:
     c.subscribe([settings.dlq_topic])
     out = []
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not out:
+    while time.monotonic() < deadline and len(out) < want:
         msg = c.poll(0.5)
         if msg is not None and msg.error() is None:
             out.append(msg)
@@ -270,7 +270,18 @@ def test_exactly_once_tables_dlq_and_http_view(settings: Settings, tmp_path: Pat
     dups = [e for e in events if e.seq % 3 == 0]  # redelivered copies, same seq
     worker = WorkerProc(settings, tmp_path / "data")
     try:
-        produce(settings, events + dups, extra=[(b"s0", b"not avro at all")])
+        # the engine rejects a restore of a snapshot never taken: DLQ, no table changes
+        from streams.core.events import META_SNAPSHOT_ID
+        from streams.serde import EventSerde
+
+        bad_restore = TraceEvent(
+            "restore", "s1", 1000, T0 + 999_000, metadata={META_SNAPSHOT_ID: "never-taken"}
+        )
+        produce(
+            settings,
+            events + dups,
+            extra=[(b"s0", b"not avro at all"), (b"s1", EventSerde().encode(bad_restore))],
+        )
         exp = expected_of(events)
         worker.wait_state(exp)
         check_tables(worker, exp)
@@ -282,14 +293,18 @@ def test_exactly_once_tables_dlq_and_http_view(settings: Settings, tmp_path: Pat
         stats = worker.get("/stats")[1]
         assert stats["applied"] == len(events)
         assert stats["duplicates"] == len(dups)
-        dlq = read_dlq(settings)
-        assert len(dlq) == 1
-        headers = dict(dlq[0].headers())
+        dlq = read_dlq(settings, want=2)
+        assert len(dlq) == 2
+        by_key = {m.key(): (dict(m.headers()), m.value()) for m in dlq}
+        headers, value = by_key[b"s0"]
         assert headers["dlq.source.topic"].decode() == settings.events_topic
         assert headers["dlq.stage"] == b"worker"
         assert headers["dlq.error_class"] in (b"MalformedMessageError", b"UnknownSchemaError")
         assert headers["dlq.reason"], headers
-        assert dlq[0].value() == b"not avro at all"
+        assert value == b"not avro at all"
+        headers, _ = by_key[b"s1"]
+        assert headers["dlq.error_class"] == b"InvalidEventError"
+        assert b"never-taken" in headers["dlq.reason"]
     finally:
         assert worker.stop() == 0, worker.log_tail()
 

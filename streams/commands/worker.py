@@ -8,7 +8,14 @@ changelog-backed tables that survive restarts and crashes:
 
 Each event is applied exactly once per table: a redelivered event (same or
 older seq) is ignored, so a crash + restart never double-counts.  Messages that
-cannot be decoded go to <prefix>.dlq with a `reason` header.
+cannot be decoded, or that the engine rejects, go to <prefix>.dlq with
+dlq.reason / dlq.error_class / dlq.source.* headers.
+
+What it publishes (keyed by session id):
+  <prefix>.patterns             every pattern a detector fired
+  <prefix>.assessments          the latest assessment per session (compacted)
+  <prefix>.assessment-history   every assessment
+  <prefix>.snapshots            restore points taken by `snapshot` events (compacted)
 
 The tables live in RocksDB files under --data-dir (recovered incrementally from
 Kafka changelog topics on start) or in memory (--store memory: rebuilt from the

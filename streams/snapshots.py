@@ -36,6 +36,11 @@ event clock never goes backwards (``last_event_ms = max(point, restore event)``)
 else (trajectory window, observer states, budget and token count, current
 assessment, assessment history, profile) is the point's, byte for byte.
 
+**After a restore** ``on_event`` returns ``applied=True`` with no assessment,
+but ``engine.current`` is now the restored point's assessment: the worker should
+republish it (``<prefix>.assessments`` is "the latest"), otherwise readers keep
+seeing the abandoned branch's assessment until the next one is made.
+
 **Restore of an unknown id** (never taken, or evicted by ``max_snapshots``): the
 engine raises :class:`~streams.core.errors.InvalidEventError` on
 ``metadata.snapshot_id`` and changes nothing; the worker dead-letters the event

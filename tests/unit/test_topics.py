@@ -142,3 +142,24 @@ def test_archive_rejects_unknown_format(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         write_archive(_events(), tmp_path / "x", "csv")  # type: ignore[arg-type]
     assert info.value.key == "--archive-format"
+
+
+def test_cli_gc_refuses_before_any_kafka_io(capsys: pytest.CaptureFixture[str]) -> None:
+    from streams.cli import main
+
+    base = ["--bootstrap", "127.0.0.1:1", "--prefix", "nowhere"]  # nothing listens there
+    assert main(["topics", "gc", *base]) == 2
+    assert "--yes" in capsys.readouterr().err
+    assert main(["topics", "gc", "--idle-for", "7x", "--dry-run", *base]) == 2
+    assert "--idle-for" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["snapshot", "history", "topics"])
+def test_help_teaches_with_examples(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    from streams.cli import main
+
+    with pytest.raises(SystemExit) as info:
+        main([command, "--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    assert "Examples:" in out and f"trajectory {command}" in out

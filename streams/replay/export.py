@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
@@ -74,7 +74,9 @@ def read_avro_events(path: str) -> list[TraceEvent]:
 
     serde = EventSerde()
     with open(path, "rb") as handle:
-        return [serde.from_record(avro_millis(r)) for r in fastavro.reader(handle)]
+        return [
+            serde.from_record(avro_millis(cast(dict[str, Any], r))) for r in fastavro.reader(handle)
+        ]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -96,8 +98,8 @@ def avro_millis(record: dict[str, Any]) -> dict[str, Any]:
 
 def _parquet(events: Iterable[TraceEvent], path: str, batch: int) -> int:
     try:
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+        import pyarrow as pa  # type: ignore[import-untyped]
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]
     except ImportError as exc:
         raise ConfigError(
             "--format", "parquet needs pyarrow: pip install 'pyarrow>=15' (or use avro/jsonl)"

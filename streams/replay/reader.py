@@ -34,7 +34,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from streams.core.errors import ConfigError, SerdeError, TrajectoryError
 from streams.core.events import TraceEvent
@@ -142,7 +142,7 @@ def session_topics(
     an exact ``session`` must exist.  Raises :class:`ConfigError` naming the flag
     when nothing matches, since an empty replay is almost always a typo.
     """
-    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient
 
     from streams.settings import check_session_id
 
@@ -322,24 +322,26 @@ class TopicReader(Generic[T]):
                 idle_since = time.monotonic()
                 for msg in batch:
                     err = msg.error()
-                    tkey = (msg.topic(), msg.partition())
+                    topic = cast(str, msg.topic())
+                    partition = cast(int, msg.partition())
+                    tkey = (topic, partition)
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:
                             pending.discard(tkey)
                             continue
                         raise ReplayReadError(
-                            f"reading {msg.topic()}[{msg.partition()}] on {self.bootstrap}: {err}"
+                            f"reading {topic}[{partition}] on {self.bootstrap}: {err}"
                         )
                     if tkey not in pending:
                         continue  # past its stop offset (batch overshoot), or done
-                    offset = msg.offset()
+                    offset = cast(int, msg.offset())
                     stop = stops[tkey]
                     if offset >= stop:
                         pending.discard(tkey)
                         continue
                     if offset + 1 >= stop:
                         pending.discard(tkey)
-                    yield msg.topic(), msg.partition(), offset, msg.key(), msg.value()
+                    yield topic, partition, offset, msg.key(), msg.value()
         finally:
             self.stats.elapsed_s += time.monotonic() - began
             consumer.close()

@@ -345,7 +345,7 @@ def read_live(
     value is then True) when that topic exists, else from the compacted
     ``<prefix>.assessments`` (False: older ones may have been compacted away).
     """
-    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+    from confluent_kafka.admin import AdminClient
 
     from streams.replay.reader import TopicReader
 

@@ -124,8 +124,8 @@ def _sessions(events: Iterable[TraceEvent]) -> dict[str, _Session]:
         elif ev.type == "tool_result":
             _result(sess, ev)
         elif ev.type == "error":
-            call = _result(sess, ev) if ev.call_id is not None else None
-            if call is None:  # agent-level, or the failed result of an unknown call
+            done = _result(sess, ev) if ev.call_id is not None else None
+            if done is None:  # agent-level, or the failed result of an unknown call
                 sess.agent_errors.append(ev.error_message or ev.text or "")
         tokens = ev.total_tokens
         reported = ev.budget.tokens_used if ev.budget is not None else None

@@ -459,3 +459,70 @@ def test_memory_store_rebuilds_from_changelog_on_restart(
         check_tables(w, expected_of(batch1 + batch2))
     finally:
         assert w.stop() == 0, w.log_tail()
+
+
+def _state_any(workers: list[WorkerProc], sid: str) -> dict[str, Any] | None:
+    """The state of ``sid`` from whichever worker owns its partition."""
+    for w in workers:
+        try:
+            status, body = w.get(f"/sessions/{sid}/state")
+        except (urllib.error.URLError, ConnectionError, OSError):
+            continue
+        if status == 200:
+            return body  # type: ignore[no-any-return]
+    return None
+
+
+def _wait_all(workers: list[WorkerProc], exp: dict[str, dict[str, Any]], timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    pending = set(exp)
+    while pending and time.monotonic() < deadline:
+        for sid in list(pending):
+            body = _state_any(workers, sid)
+            if body is not None and body["state"]["last_seq"] >= exp[sid]["last_seq"]:
+                pending.discard(sid)
+        time.sleep(0.3)
+    assert not pending, f"not caught up: {sorted(pending)}\n" + workers[-1].log_tail()
+
+
+@pytest.mark.timeout(420)
+def test_partitions_move_between_two_workers_and_back(settings: Settings, tmp_path: Path) -> None:
+    """Scale out to two workers, then back to one: state follows the partitions.
+
+    When a partition comes back to the first worker its in-memory caches must not
+    be used (they are stale: the second worker advanced those sessions).
+    """
+    sids = [f"r{i}" for i in range(9)]
+    b1 = [e for s in sids for e in make_session(s, 20)]
+    b2 = [e for s in sids for e in make_session(s, 20, start_seq=20)]
+    b3 = [e for s in sids for e in make_session(s, 20, start_seq=40)]
+    a = WorkerProc(settings, tmp_path / "a")
+    b: WorkerProc | None = None
+    try:
+        produce(settings, b1)
+        a.wait_state(expected_of(b1))
+        b = WorkerProc(settings, tmp_path / "b")
+        # wait until the group rebalanced: b owns some partition (serves some session)
+        deadline = time.monotonic() + 120
+        while (
+            time.monotonic() < deadline
+            and _state_any([b], sids[0]) is None
+            and not any(_state_any([b], s) is not None for s in sids)
+        ):
+            time.sleep(0.5)
+        assert any(_state_any([b], s) is not None for s in sids), b.log_tail()
+        produce(settings, b2)
+        _wait_all([a, b], expected_of(b1 + b2), 150)
+        for sid, d in expected_of(b1 + b2).items():
+            body = _state_any([a, b], sid)
+            assert body is not None and body["state"]["events"] == d["events"], (sid, body)
+        assert b.stop() == 0, b.log_tail()
+        b = None
+        produce(settings, b3)
+        exp = expected_of(b1 + b2 + b3)
+        _wait_all([a], exp, 150)
+        check_tables(a, exp)
+    finally:
+        if b is not None:
+            b.stop()
+        assert a.stop() == 0, a.log_tail()

@@ -503,10 +503,12 @@ class Router:
         try:
             positions = [tp for tp in consumer.position(list(self._assigned)) if tp.offset >= 0]
             if positions:
-                producer.send_offsets_to_transaction(
-                    positions, consumer.consumer_group_metadata(), 30.0
+                metadata = consumer.consumer_group_metadata()
+                self._retrying(
+                    "send_offsets_to_transaction",
+                    lambda: producer.send_offsets_to_transaction(positions, metadata, 30.0),
                 )
-            self._commit_retrying()
+            self._retrying("commit_transaction", lambda: producer.commit_transaction(30.0))
         except KafkaException as exc:
             self._commit_s += time.monotonic() - t0
             kerr = exc.args[0]
@@ -522,17 +524,18 @@ class Router:
         self._dlq += self._txn_dlq
         self._announcements += self._txn_announce
 
-    def _commit_retrying(self) -> None:
-        producer = self._producer
-        assert producer is not None
-        for attempt in range(5):
+    @staticmethod
+    def _retrying(what: str, call: Callable[[], None], attempts: int = 5) -> None:
+        """Retry a transactional call on *retriable* errors (e.g. a timeout), as the
+        librdkafka transaction API asks; abortable and fatal errors propagate."""
+        for attempt in range(attempts):
             try:
-                producer.commit_transaction(30.0)
+                call()
                 return
             except KafkaException as exc:
                 kerr = exc.args[0]
-                if kerr.retriable() and not kerr.txn_requires_abort() and attempt < 4:
-                    log.warning("commit_transaction: %s (retrying)", kerr)
+                if kerr.retriable() and not kerr.txn_requires_abort() and attempt < attempts - 1:
+                    log.warning("%s: %s (retrying)", what, kerr)
                     continue
                 raise
 

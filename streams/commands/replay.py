@@ -22,6 +22,7 @@ Examples:
   trajectory replay --sessions 'swe-*' --output jsonl --out detections.jsonl
   trajectory replay --sessions '*' --source events --from 2026-11-21T00:00:00Z --compare-live
   trajectory replay --sessions 'run-*' --speed 10 --to-prefix sandbox
+  trajectory replay --sessions '*' --jobs 4 --output avro --out all.avro
 """
 
 from __future__ import annotations
@@ -57,6 +58,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="instead of analysing, re-publish at this multiple of real time (0 = max)",
     )
     parser.add_argument("--to-prefix", help="topic prefix to re-publish into (with --speed)")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="replay in this many processes, partitions split between them (default 1)",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -81,9 +88,29 @@ def run(args: argparse.Namespace) -> int:
     reader = reader_from_args(args)
     from streams.replay.replay import replay_events, write_avro, write_jsonl
 
+    if args.jobs < 1:
+        raise ConfigError("--jobs", f"{args.jobs}: use 1 or more processes")
     began = time.monotonic()
     with progress_bar("replay", reader.total, force=args.progress) as bar:
-        result = replay_events(counted(reader, bar), config)
+        if args.jobs > 1:
+            from streams.replay.parallel import replay_parallel
+
+            events_source = args.source == "events"
+            result, reader.stats = replay_parallel(
+                reader.bootstrap,
+                reader.plan(),
+                jobs=args.jobs,
+                strict=args.strict,
+                key_ids=[args.session] if events_source and args.session else None,
+                key_glob=args.sessions if events_source else None,
+                config_path=args.config,
+                timeout_s=args.timeout,
+                on_progress=bar.update if bar is not None else None,
+            )
+            if bar is not None:
+                bar.finish(result.events)
+        else:
+            result = replay_events(counted(reader, bar), config)
     elapsed = time.monotonic() - began
     report_failures(reader, "replay")
     if args.output == "jsonl":
@@ -133,17 +160,13 @@ def _terminal(result: Any, out_path: str | None) -> None:
         for col in ("session", "events", "tool calls", "patterns", "assessments", "final severity"):
             table.add_column(col)
         for s in result.ordered():
-            eng = result.analyzer.engine(s.session_id)
-            analysis = eng.analysis
-            analysis = analysis() if callable(analysis) else analysis
-            final = result.analyzer.final(s.session_id)
             table.add_row(
                 s.session_id,
                 str(s.events),
-                str(analysis.tool_call_count),
+                str(s.tool_calls),
                 str(len(s.patterns)),
                 str(len(s.assessments)),
-                final.severity if final is not None and final.assessments else "-",
+                s.final_severity or "-",
             )
         console.print(table)
         for s in result.ordered():

@@ -195,8 +195,9 @@ class TopicReader(Generic[T]):
         batch_size: int = 10_000,
         timeout_s: float = 30.0,
         consumer_config: dict[str, Any] | None = None,
+        ranges: Sequence[PartitionRange] | None = None,
     ) -> None:
-        if not topics:
+        if not topics and not ranges:
             raise ConfigError("topics", "nothing to read: no topic given")
         self.bootstrap = bootstrap
         self.topics = list(topics)
@@ -214,7 +215,8 @@ class TopicReader(Generic[T]):
         config["group.id"] = f"trajectory-replay-{uuid.uuid4().hex[:12]}"
         config.update(consumer_config or {})
         self._config = config
-        self._ranges: list[PartitionRange] | None = None
+        # ``ranges``: a plan resolved elsewhere (a parallel replay's share of it)
+        self._ranges: list[PartitionRange] | None = list(ranges) if ranges is not None else None
 
     # -- planning ----------------------------------------------------------
     def plan(self) -> list[PartitionRange]:

@@ -96,13 +96,17 @@ class SessionReplay:
     records: list[dict[str, Any]] = field(default_factory=list)
     patterns: list[PatternRecord] = field(default_factory=list)
     assessments: list[AssessmentWire] = field(default_factory=list)
+    #: Filled when the replay ends: tool calls seen, severity of the last assessment.
+    tool_calls: int = 0
+    final_severity: str | None = None
 
 
 @dataclass
 class ReplayResult:
-    """A whole replay: per-session results plus the analyzer (final states)."""
+    """A whole replay: per-session results, plus the analyzer (final engine states)
+    when it ran in this process (None for a merged parallel replay)."""
 
-    analyzer: OfflineAnalyzer
+    analyzer: OfflineAnalyzer | None
     sessions: dict[str, SessionReplay] = field(default_factory=dict)
 
     @property
@@ -156,6 +160,10 @@ def replay_events(
                 sr.assessments.append(assessment_wire(out.assessment, event))
         if on_event is not None:
             on_event()
+    for sid, sr in sessions.items():
+        sr.tool_calls = analyzer.engine(sid).analysis().tool_call_count
+        final = analyzer.final(sid)
+        sr.final_severity = final.severity if final is not None and final.assessments else None
     return result
 
 

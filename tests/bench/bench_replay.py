@@ -12,7 +12,9 @@ confluent-kafka producer, then measures three passes over the same topics with
 * ``fetch``: consume only (no decode): the Kafka client's share;
 * ``fetch+decode``: ``EventSerde.decode`` of every value;
 * ``fetch+decode+core``: :func:`streams.replay.replay.replay_events` (the
-  ``OfflineAnalyzer`` engines), i.e. ``trajectory replay``'s work minus output.
+  ``OfflineAnalyzer`` engines), i.e. ``trajectory replay``'s work minus output;
+* the same with :func:`streams.replay.parallel.replay_parallel` in 2 and
+  ``--jobs`` processes (``trajectory replay --jobs N``), process start-up included.
 
 With ``--profile`` the last pass runs under cProfile and the top functions by
 cumulative and own time are printed.  The topics are deleted at the end.
@@ -170,6 +172,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--jobs", type=int, default=4, help="also run the replay in N processes")
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
     args = parser.parse_args()
 
@@ -216,6 +219,18 @@ def main() -> None:
                 det = sum(len(s.patterns) for s in extra.sessions.values())
                 ass = sum(len(s.assessments) for s in extra.sessions.values())
                 print(f"{'':<20} {det} pattern detections, {ass} assessments")
+        from streams.replay.parallel import replay_parallel
+
+        plan = TopicReader(args.bootstrap, topics, lambda b: b).plan()
+        for jobs in sorted({2, args.jobs}):
+            t = time.perf_counter()
+            merged, _ = replay_parallel(args.bootstrap, plan, jobs=jobs)
+            dt = time.perf_counter() - t
+            name = f"... {jobs} processes"
+            print(
+                f"{name:<20} {merged.events:>8} events  {dt:6.2f} s  "
+                f"{merged.events / dt:>10,.0f} events/s  (incl. process start-up)"
+            )
         f, d, c = (r[2] for r in rows)
         print(f"share of time: fetch {f / c:.0%}, decode {(d - f) / c:.0%}, core {(c - d) / c:.0%}")
         if args.profile:

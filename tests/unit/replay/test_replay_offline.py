@@ -202,3 +202,14 @@ def test_diff_live_complete_history_requires_every_assessment() -> None:
     assert diff_live(result, list(sr.patterns), holes).ok  # compacted topic: tolerated
     bad = diff_live(result, list(sr.patterns), holes, complete=True)
     assert not bad.ok and f"seq {middle.seq}: replay only" in bad.render()
+
+
+def test_split_plan_balances_and_covers_every_range() -> None:
+    from streams.replay.parallel import split_plan
+    from streams.replay.reader import PartitionRange
+
+    ranges = [PartitionRange(f"t{i}", 0, 0, size) for i, size in enumerate((50, 10, 30, 0, 20))]
+    shares = split_plan(ranges, 2)
+    assert sorted(r.topic for s in shares for r in s) == ["t0", "t1", "t2", "t4"]  # empty dropped
+    assert sorted(sum(r.size for r in s) for s in shares) == [50, 60]
+    assert len(split_plan(ranges, 10)) == 4 and len(split_plan(ranges, 1)) == 1

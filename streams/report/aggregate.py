@@ -37,13 +37,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from streams.core.assessment import SEVERITIES
 from streams.core.events import TraceEvent
 from streams.core.similarity import normalize_error
 
 TOP_NGRAMS: Final = 10
 TOP_ERRORS: Final = 20
 NGRAM_SIZES: Final[tuple[int, ...]] = (2, 3, 4)
-SEVERITIES: Final[tuple[str, ...]] = ("info", "caution", "warning")
 #: Buckets of the patterns-over-time histogram.
 TIME_BUCKETS: Final = 24
 

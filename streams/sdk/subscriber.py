@@ -24,13 +24,19 @@ record counts it in :class:`SubscriberStats` (nothing is dropped uncounted):
    ``on_decode_error="count"``); a tombstone (empty value) is counted in
    ``tombstones`` (and delivered as :class:`Tombstone` with ``tombstones=True``);
 2. tree learning: ``parent_session_id`` of *every* record read (even one that is
-   filtered out later) is remembered, see :class:`SessionMatcher`;
-3. selection (``sessions`` / ``globs`` / ``trees``; none given = every session)
-   -> ``not_selected``;
-4. minimum severity (info < caution < warning; a record without severity counts
+   filtered out later) is remembered and, in tree mode, so is every SDK session
+   announcement on ``<prefix>.control`` (read from its beginning whatever
+   ``start`` says), see :class:`SessionMatcher`;
+3. minimum severity (info < caution < warning; a record without severity counts
    as info; a severity this reader does not know is never filtered out)
    -> ``below_severity``;
-5. pattern types (applies to pattern records only) -> ``pattern_type_filtered``;
+4. pattern types (applies to pattern records only) -> ``pattern_type_filtered``;
+5. selection (``sessions`` / ``globs`` / ``trees``; none given = every session)
+   -> ``not_selected``.  A record whose tree membership is not known yet (its
+   parent's link has not been read: another partition or topic may be behind)
+   is *held* (``tree_pending``) until a link decides it, at most
+   ``pending_capacity`` records for ``pending_max_age_s``; one given up on is
+   counted in ``tree_unresolved``;
 6. dedupe: a record whose key was already delivered by this subscriber is
    suppressed -> ``duplicates_suppressed``.  Keys: assessments
    ``(session_id, seq, trigger)`` plus ``timestamp_ms`` for timer-triggered ones
@@ -69,6 +75,7 @@ from __future__ import annotations
 import asyncio
 import fnmatch
 import hashlib
+import json
 import threading
 import time
 import uuid
@@ -125,18 +132,21 @@ class Selection:
 
 
 class SessionMatcher:
-    """:class:`Selection` plus the parent links learned from the records read.
+    """:class:`Selection` plus the originator links learned while reading.
 
-    Limits of tree following (the topics carry no tree index): a session is
-    known to belong to a tree only once a record of it *and* records of every
-    intermediate session (each carrying its ``parent_session_id``) have been read
-    by this subscriber.  A grandchild whose parent has published nothing since the
-    subscriber started (``start="latest"``) is not recognised until the parent
-    publishes; start from the beginning (the compacted assessments topic holds
-    every live session's latest record, hence every link) to know the whole tree
-    at once.  Records already passed over are not re-examined when a link is
-    learned later.  Memory: one entry per session that has a parent, at most
-    ``max_links`` (oldest forgotten first).
+    Links come from the ``parent_session_id`` of every record read and, in tree
+    mode, from the SDK's session announcements on ``<prefix>.control`` (read
+    from its beginning: it names the parent of every announced session, even one
+    that never published an assessment).  A session seen with no parent is a
+    known root.
+
+    :meth:`verdict` is True (selected), False (not selected) or None (not known
+    yet: its chain of known parents ends at a session of which nothing has been
+    read).  The subscriber holds records with a None verdict (see
+    :class:`RecordFilter`) instead of deciding too early: the records of a
+    grandchild may be read before its parent's link (other partitions, other
+    topics).  Memory: one entry per session with a parent, at most ``max_links``
+    (oldest forgotten first), plus the known roots (same cap).
     """
 
     def __init__(self, selection: Selection, *, max_links: int = 1_000_000) -> None:
@@ -145,40 +155,63 @@ class SessionMatcher:
         self.selection = selection
         self.max_links = max_links
         self._parents: OrderedDict[str, str] = OrderedDict()
+        self._roots: OrderedDict[str, None] = OrderedDict()
 
-    def observe(self, session_id: str, parent_session_id: str | None) -> None:
-        """Remember ``session_id``'s parent (the latest one read wins)."""
-        if parent_session_id is None or parent_session_id == session_id:
-            return
+    def observe(self, session_id: str, parent_session_id: str | None) -> bool:
+        """Remember ``session_id``'s parent (the latest one read wins; None = a root).
+
+        Returns True when what is known about ``session_id`` changed.
+        """
+        if parent_session_id == session_id:
+            parent_session_id = None
+        if parent_session_id is None:
+            if session_id in self._parents or session_id in self._roots:
+                return False  # a record without a parent never erases a known link
+            self._roots[session_id] = None
+            if len(self._roots) > self.max_links:
+                self._roots.popitem(last=False)
+            return True
+        changed = self._parents.get(session_id) != parent_session_id
         self._parents[session_id] = parent_session_id
         self._parents.move_to_end(session_id)
+        self._roots.pop(session_id, None)
         if len(self._parents) > self.max_links:
             self._parents.popitem(last=False)
+        return changed
 
     def parent_of(self, session_id: str) -> str | None:
         return self._parents.get(session_id)
 
-    def in_tree(self, session_id: str) -> bool:
-        """True if ``session_id`` or one of its known ancestors is a tree root."""
+    def tree_verdict(self, session_id: str) -> bool | None:
+        """In one of the trees (True), not (False), or not known yet (None)."""
         roots = self.selection.trees
         if not roots:
             return False
-        current: str | None = session_id
+        current = session_id
         seen: set[str] = set()
-        while current is not None and current not in seen and len(seen) < MAX_TREE_DEPTH:
+        while len(seen) < MAX_TREE_DEPTH:
             if current in roots:
                 return True
             seen.add(current)
-            current = self._parents.get(current)
+            parent = self._parents.get(current)
+            if parent is None:
+                return False if current in self._roots else None
+            if parent in seen:
+                return False  # a cycle never reaches a root
+            current = parent
         return False
 
-    def matches(self, session_id: str) -> bool:
+    def verdict(self, session_id: str) -> bool | None:
         sel = self.selection
         if sel.everything or session_id in sel.sessions:
             return True
         if any(fnmatch.fnmatchcase(session_id, g) for g in sel.globs):
             return True
-        return self.in_tree(session_id)
+        return self.tree_verdict(session_id)
+
+    def matches(self, session_id: str) -> bool:
+        """Selected as far as is known now (None counts as not selected)."""
+        return self.verdict(session_id) is True
 
 
 def check_severity(value: str, key: str = "min_severity") -> str:
@@ -294,12 +327,21 @@ class SubscriberStats:
     sampled_out: int = 0
     rate_limited: int = 0
     consumer_errors: int = 0
+    #: Records held because their tree membership is not known yet (a gauge).
+    tree_pending: int = 0
+    #: Held records given up on (capacity / age): never delivered.
+    tree_unresolved: int = 0
 
 
 @dataclass
 class RecordFilter:
-    """Stages 2-9 of the module docstring, pure (no Kafka): ``offer(record)``.
+    """The filtering stages of the module docstring, pure (no Kafka).
 
+    ``offer(record)`` returns the records to deliver now, in arrival order: the
+    offered one (if it passes) after any held records its links resolved.  A
+    record whose tree membership is not known yet is held (at most
+    ``pending_capacity`` records for at most ``pending_max_age_s`` seconds of
+    ``clock``); one evicted unresolved is counted in ``tree_unresolved``.
     ``counts`` holds the :class:`SubscriberStats` counters by name.
     """
 
@@ -310,42 +352,85 @@ class RecordFilter:
     sample_salt: str = ""
     bucket: TokenBucket | None = None
     delivered_keys: DeliveredKeys = field(default_factory=lambda: DeliveredKeys(100_000))
+    pending_capacity: int = 10_000
+    pending_max_age_s: float = 30.0
+    clock: Callable[[], float] = time.monotonic
     counts: dict[str, int] = field(
         default_factory=lambda: dict.fromkeys(SubscriberStats.__dataclass_fields__, 0)
     )
+    _pending: deque[tuple[float, Record]] = field(default_factory=deque)
 
-    def offer(self, record: Record) -> bool:
-        """Count ``record`` and say whether to deliver it (marking it delivered)."""
+    def offer(self, record: Record) -> list[Record]:
+        """Count ``record``; the records to deliver now (each marked delivered)."""
         c = self.counts
         c["received"] += 1
-        self.matcher.observe(record.session_id, record.parent_session_id)
-        if not self.matcher.matches(record.session_id):
-            c["not_selected"] += 1
-            return False
+        released = self.learn(record.session_id, record.parent_session_id)
         severity = record.max_severity if isinstance(record, AssessmentWire) else record.severity
         if not severity_passes(severity, self.min_severity):
             c["below_severity"] += 1
-            return False
+            return released
         if (
             self.pattern_types is not None
             and isinstance(record, PatternRecord)
             and record.pattern_type not in self.pattern_types
         ):
             c["pattern_type_filtered"] += 1
-            return False
+            return released
+        verdict = self.matcher.verdict(record.session_id)
+        if verdict is None:
+            self._pending.append((self.clock(), record))
+            c["tree_pending"] = len(self._pending)
+            self.expire()
+            return released
+        if not verdict:
+            c["not_selected"] += 1
+            return released
+        return released + self._deliverable(record)
+
+    def learn(self, session_id: str, parent_session_id: str | None) -> list[Record]:
+        """Take a link into account; the held records it lets through."""
+        if not self.matcher.observe(session_id, parent_session_id) or not self._pending:
+            return []
+        out: list[Record] = []
+        keep: deque[tuple[float, Record]] = deque()
+        for item in self._pending:
+            verdict = self.matcher.verdict(item[1].session_id)
+            if verdict is None:
+                keep.append(item)
+            elif verdict:
+                out.extend(self._deliverable(item[1]))
+            else:
+                self.counts["not_selected"] += 1
+        self._pending = keep
+        self.counts["tree_pending"] = len(keep)
+        return out
+
+    def expire(self) -> None:
+        """Give up on held records over capacity or older than ``pending_max_age_s``."""
+        pending = self._pending
+        if not pending:
+            return
+        oldest_kept = self.clock() - self.pending_max_age_s
+        while pending and (len(pending) > self.pending_capacity or pending[0][0] < oldest_kept):
+            pending.popleft()
+            self.counts["tree_unresolved"] += 1
+        self.counts["tree_pending"] = len(pending)
+
+    def _deliverable(self, record: Record) -> list[Record]:
+        c = self.counts
         key = dedupe_key(record)
         if key in self.delivered_keys:
             c["duplicates_suppressed"] += 1
-            return False
+            return []
         if not sample_keep(record.session_id, record.seq, self.sample_rate, self.sample_salt):
             c["sampled_out"] += 1
-            return False
+            return []
         if self.bucket is not None and not self.bucket.take():
             c["rate_limited"] += 1
-            return False
+            return []
         self.delivered_keys.add(key)
         c["delivered"] += 1
-        return True
+        return [record]
 
     def stats(self) -> SubscriberStats:
         return SubscriberStats(**self.counts)
@@ -390,6 +475,8 @@ class AssessmentSubscriber:
         rate_limit: float | None = None,
         burst: float | None = None,
         dedupe_capacity: int = 100_000,
+        pending_capacity: int = 10_000,
+        pending_max_age_s: float = 30.0,
         tombstones: bool = False,
         on_decode_error: Literal["raise", "count"] | str = "raise",
         poll_interval_s: float = 0.2,
@@ -427,6 +514,9 @@ class AssessmentSubscriber:
                 rate_limit, burst if burst is not None else max(1.0, rate_limit), clock=clock
             ),
             delivered_keys=DeliveredKeys(dedupe_capacity),
+            pending_capacity=pending_capacity,
+            pending_max_age_s=pending_max_age_s,
+            clock=clock,
         )
         self.start: str = start
         self.deliver_tombstones = tombstones
@@ -444,9 +534,13 @@ class AssessmentSubscriber:
                 framing, registry=s.schema_registry_url, max_bytes=s.max_message_bytes
             )
         self.topics: tuple[str, ...] = tuple(self._serdes)
+        #: Read from its beginning in tree mode (announced parent links), if it exists.
+        self.control_topic: str | None = s.control_topic if selection.trees else None
+        self._wanted = self.topics + ((self.control_topic,) if self.control_topic else ())
         self.group_id = group_id
         config: dict[str, Any] = {
             "bootstrap.servers": s.bootstrap,
+            "allow.auto.create.topics": False,
             "group.id": group_id or f"{s.prefix}.subscriber.{uuid.uuid4().hex}",
             "auto.offset.reset": "earliest" if start == "beginning" else "latest",
             "enable.auto.commit": group_id is not None,
@@ -465,18 +559,21 @@ class AssessmentSubscriber:
         self._partitions: dict[tuple[str, int], bool] = {}  # (topic, p) -> reached EOF
         self._last_error: KafkaError | None = None
         self._retry_at = 0.0
+        self._control_read = False
+        self._paused: list[TopicPartition] = []
         if group_id is None:
             with self._lock:
                 self._assign_available(first=True)
         else:
-            self._consumer.subscribe(list(self.topics), on_assign=self._on_group_assign)
+            topics = list(self.topics)
+            if self.control_topic is not None and self.control_topic in self._existing():
+                topics.append(self.control_topic)
+            self._consumer.subscribe(topics, on_assign=self._on_group_assign)
 
     # -- assignment ----------------------------------------------------------
-    def _assign_available(self, *, first: bool = False) -> None:
-        """Assign every partition of the topics that exist now (manual mode)."""
-        todo = [t for t in self.topics if t not in self._assigned]
-        if not todo:
-            return
+    def _existing(self) -> dict[str, list[int]]:
+        """Partitions of every existing topic (all-topics metadata: a request naming a
+        topic could auto-create it on brokers that allow that)."""
         try:
             md = self._consumer.list_topics(timeout=10)
         except KafkaException as exc:
@@ -484,15 +581,31 @@ class AssessmentSubscriber:
                 f"cannot read topic metadata from Kafka at {self.settings.bootstrap}: {exc} "
                 "(is the broker running? `trajectory broker start`)"
             ) from exc
+        return {
+            name: sorted(tm.partitions)
+            for name, tm in md.topics.items()
+            if tm.error is None and tm.partitions
+        }
+
+    def _assign_available(self, *, first: bool = False) -> None:
+        """Assign every partition of the topics that exist now (manual mode)."""
+        todo = [t for t in self._wanted if t not in self._assigned]
+        if not todo:
+            return
+        existing = self._existing()
         new: list[TopicPartition] = []
         for topic in todo:
-            tm = md.topics.get(topic)
-            if tm is None or tm.error is not None or not tm.partitions:
+            partitions = existing.get(topic)
+            if not partitions:
                 if first:
                     self._missing_at_open.add(topic)
                 continue
-            from_start = self.start == "beginning" or topic in self._missing_at_open
-            for p in sorted(tm.partitions):
+            from_start = (
+                self.start == "beginning"
+                or topic in self._missing_at_open
+                or topic == self.control_topic
+            )
+            for p in partitions:
                 tp = TopicPartition(topic, p)
                 if from_start:
                     tp.offset = OFFSET_BEGINNING
@@ -504,11 +617,39 @@ class AssessmentSubscriber:
             self._assigned.add(topic)
         if new:
             self._consumer.incremental_assign(new)
+        self._hold_data_until_control_read()
+
+    def _hold_data_until_control_read(self) -> None:
+        """In tree mode, judge no record before the announcements were read once.
+
+        Without this, a record could be read before the announcement linking its
+        session (partitions are fetched concurrently) and be decided too early.
+        """
+        if self.control_topic not in self._assigned or self._control_read:
+            return
+        control = [k for k in self._partitions if k[0] == self.control_topic]
+        if all(self._partitions[k] for k in control):
+            self._control_read = True
+            if self._paused:
+                self._consumer.resume(self._paused)
+                self._paused = []
+            return
+        data = [
+            TopicPartition(t, p)
+            for (t, p) in self._partitions
+            if t != self.control_topic
+            and (t, p) not in {(x.topic, x.partition) for x in self._paused}
+        ]
+        if data:
+            self._consumer.pause(data)
+            self._paused.extend(data)
 
     def _on_group_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         committed = consumer.committed(partitions, timeout=10)
         for tp, c in zip(partitions, committed, strict=True):
-            if c.offset >= 0:
+            if tp.topic == self.control_topic:
+                tp.offset = OFFSET_BEGINNING  # links are re-learned on every assignment
+            elif c.offset >= 0:
                 tp.offset = c.offset
             elif self.start == "beginning":
                 tp.offset = OFFSET_BEGINNING
@@ -559,7 +700,11 @@ class AssessmentSubscriber:
         with self._lock:
             if self._closed:
                 return []
-            if self.group_id is None and not self.ready and time.monotonic() >= self._retry_at:
+            if (
+                self.group_id is None
+                and len(self._assigned) < len(self._wanted)
+                and time.monotonic() >= self._retry_at
+            ):
                 # a missing topic is looked for again at most once a second
                 self._retry_at = time.monotonic() + 1.0
                 self._assign_available()
@@ -573,11 +718,12 @@ class AssessmentSubscriber:
                 if err is not None:
                     self._on_error(err, msg)
                     continue
-                item = self._process(msg)
-                if self.group_id is not None:
+                out.extend(self._process(msg))
+                if self.group_id is not None and msg.topic() != self.control_topic:
                     self._consumer.store_offsets(message=msg)
-                if item is not None:
-                    out.append(item)
+            if self.group_id is None:
+                self._hold_data_until_control_read()
+            self.filter.expire()
             return out
 
     def _on_error(self, err: KafkaError, msg: Any) -> None:
@@ -590,27 +736,50 @@ class AssessmentSubscriber:
         self.filter.counts["consumer_errors"] += 1
         self._last_error = err
 
-    def _process(self, msg: Any) -> Record | Tombstone | None:
+    def _process(self, msg: Any) -> list[Record | Tombstone]:
         topic = msg.topic()
         self._partitions[(topic, msg.partition())] = False
         value = msg.value()
+        if topic == self.control_topic:
+            return list(self._announcement(msg, value))
         if not value:
             self.filter.counts["tombstones"] += 1
             if not self.deliver_tombstones:
-                return None
+                return []
             key = msg.key()
-            return Tombstone(key.decode("utf-8", "replace") if key else "", topic)
+            return [Tombstone(key.decode("utf-8", "replace") if key else "", topic)]
         try:
             record: Record = self._serdes[topic].decode(value)
         except SerdeError as exc:
             if self.on_decode_error == "count":
                 self.filter.counts["decode_errors"] += 1
-                return None
+                return []
             raise MalformedMessageError(
                 f"{topic} partition {msg.partition()} offset {msg.offset()}: {exc} "
                 "(pass on_decode_error='count' to skip and count such records)"
             ) from exc
-        return record if self.filter.offer(record) else None
+        return list(self.filter.offer(record))
+
+    def _announcement(self, msg: Any, value: bytes | None) -> list[Record]:
+        """Learn a parent link from an SDK session announcement (JSON, key = session)."""
+        if not value:
+            return []  # a deleted announcement teaches nothing
+        try:
+            obj = json.loads(value)
+            sid = obj["session_id"]
+            parent = obj.get("parent_session_id")
+            if not isinstance(sid, str) or not (parent is None or isinstance(parent, str)):
+                raise TypeError("session_id / parent_session_id must be strings")
+        except (ValueError, TypeError, KeyError, AttributeError) as exc:
+            if self.on_decode_error == "count":
+                self.filter.counts["decode_errors"] += 1
+                return []
+            raise MalformedMessageError(
+                f"{msg.topic()} partition {msg.partition()} offset {msg.offset()}: not a "
+                f"session announcement ({type(exc).__name__}: {exc}); expected JSON with "
+                "session_id and parent_session_id (pass on_decode_error='count' to skip)"
+            ) from exc
+        return self.filter.learn(sid, parent)
 
     def poll(self, timeout_s: float | None = None) -> list[Record | Tombstone]:
         """The records delivered within ``timeout_s`` (default ``poll_interval_s``)."""

@@ -77,16 +77,27 @@ def test_tree_is_learned_transitively_from_parent_links() -> None:
 def test_grandchild_seen_before_its_parent_is_recognised_once_the_link_arrives() -> None:
     m = SessionMatcher(Selection(trees=frozenset({"root"})))
     m.observe("gc", "c")
-    assert not m.matches("gc")  # documented limit: c's link is unknown
+    assert m.verdict("gc") is None and not m.matches("gc")  # c's link is not known yet
     m.observe("c", "root")
-    assert m.matches("gc")
+    assert m.verdict("gc") is True
+
+
+def test_known_roots_decide_no_and_a_parentless_record_never_erases_a_link() -> None:
+    m = SessionMatcher(Selection(trees=frozenset({"root"})))
+    assert m.observe("lone", None)
+    assert m.verdict("lone") is False
+    assert m.observe("kid", "root") and not m.observe("kid", "root")
+    assert not m.observe("kid", None)  # e.g. an event without the field
+    assert m.verdict("kid") is True
+    m.observe("lone", "root")  # a link learned later wins over root-ness
+    assert m.verdict("lone") is True
 
 
 def test_parent_cycles_terminate() -> None:
     m = SessionMatcher(Selection(trees=frozenset({"root"})))
     m.observe("a", "b")
     m.observe("b", "a")
-    assert not m.matches("a")
+    assert m.verdict("a") is False
     m.observe("self", "self")  # ignored
     assert m.parent_of("self") is None
 
@@ -227,7 +238,7 @@ def test_filter_counts_every_drop_and_suppresses_duplicates() -> None:
         wire("root", 1),  # re-published
         pattern("kid", 2, "doom_loop", "warning"),  # re-published
     ]
-    delivered = [r for r in records if f.offer(r)]
+    delivered = [d for r in records for d in f.offer(r)]
     assert delivered == [records[0], records[2], records[5]]
     s = f.stats()
     assert (s.received, s.delivered, s.below_severity, s.not_selected) == (8, 3, 1, 1)
@@ -246,7 +257,7 @@ def test_filter_counts_every_drop_and_suppresses_duplicates() -> None:
 def test_rate_limited_records_are_counted_and_may_be_delivered_when_republished() -> None:
     clock = Clock()
     f = make_filter(bucket=TokenBucket(1.0, 2, clock=clock))
-    got = [f.offer(wire("s", i)) for i in range(5)]
+    got = [bool(f.offer(wire("s", i))) for i in range(5)]
     assert got == [True, True, False, False, False]
     assert f.stats().rate_limited == 3
     clock.now += 1
@@ -257,8 +268,51 @@ def test_rate_limited_records_are_counted_and_may_be_delivered_when_republished(
 def test_sampling_in_the_filter_keeps_assessment_and_patterns_of_an_event_together() -> None:
     f = make_filter(sample_rate=0.5)
     for i in range(200):
-        a = f.offer(wire("s", i))
-        p = f.offer(pattern("s", i))
+        a = bool(f.offer(wire("s", i)))
+        p = bool(f.offer(pattern("s", i)))
         assert a == p == sample_keep("s", i, 0.5)
     s = f.stats()
     assert s.delivered + s.sampled_out == 400 and 0 < s.sampled_out < 400
+
+
+def test_records_of_an_unresolved_session_are_held_until_a_link_decides() -> None:
+    clock = Clock()
+    f = make_filter(selection=Selection(trees=frozenset({"root"})), clock=clock)
+    gc1, gc2 = wire("gc", 1, parent="c"), wire("gc", 2, parent="c")
+    assert f.offer(gc1) == [] and f.offer(gc2) == []
+    assert f.stats().tree_pending == 2
+    out = wire("x", 1, parent="y")  # y unknown too: held
+    assert f.offer(out) == []
+    c1 = wire("c", 1, parent="root")
+    assert f.offer(c1) == [gc1, gc2, c1]  # held ones first: they arrived first
+    assert f.stats().tree_pending == 1
+    assert f.learn("y", None) == []  # y is a root outside the tree: x decided "no"
+    s = f.stats()
+    assert (s.tree_pending, s.not_selected, s.delivered, s.tree_unresolved) == (0, 1, 3, 0)
+
+
+def test_an_announcement_releases_held_records() -> None:
+    f = make_filter(selection=Selection(trees=frozenset({"root"})))
+    rec = pattern("gc", 4)
+    f.matcher.observe("gc", "c")
+    assert f.offer(rec) == []
+    assert f.learn("c", "root") == [rec]
+    assert f.learn("c", "root") == []  # nothing new learned
+
+
+def test_held_records_expire_by_age_and_capacity_and_are_counted() -> None:
+    clock = Clock()
+    f = make_filter(
+        selection=Selection(trees=frozenset({"root"})),
+        clock=clock,
+        pending_capacity=2,
+        pending_max_age_s=10.0,
+    )
+    for i in range(3):
+        f.offer(wire("gc", i, parent="c"))
+    assert (f.stats().tree_pending, f.stats().tree_unresolved) == (2, 1)
+    clock.now += 11
+    f.expire()
+    assert (f.stats().tree_pending, f.stats().tree_unresolved) == (0, 3)
+    assert f.offer(wire("c", 1, parent="root")) == [wire("c", 1, parent="root")]
+    assert f.stats().delivered == 1  # the expired ones are gone for good

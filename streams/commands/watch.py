@@ -47,7 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         action="append",
         metavar="PARENT",
         help="follow this session and every sub-agent session it spawned, transitively "
-        "(repeatable; combine with --from-beginning to learn the whole tree at once)",
+        "(repeatable; parent links come from the records and the SDK's announcements on "
+        "<prefix>.control)",
     )
     parser.add_argument(
         "--min-severity",

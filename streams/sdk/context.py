@@ -120,6 +120,8 @@ def latest_assessment(
     key = session_id.encode("utf-8")
     config: dict[str, Any] = {
         "bootstrap.servers": settings.bootstrap,
+        # the metadata request below names the topic: never let it create one
+        "allow.auto.create.topics": False,
         "group.id": f"{settings.prefix}.context.{uuid.uuid4().hex}",
         "enable.auto.commit": False,
         "enable.partition.eof": True,

@@ -634,11 +634,11 @@ class AssessmentSubscriber:
                 self._consumer.resume(self._paused)
                 self._paused = []
             return
+        paused = {(x.topic, x.partition) for x in self._paused}
         data = [
             TopicPartition(t, p)
             for (t, p) in self._partitions
-            if t != self.control_topic
-            and (t, p) not in {(x.topic, x.partition) for x in self._paused}
+            if t != self.control_topic and (t, p) not in paused
         ]
         if data:
             self._consumer.pause(data)

@@ -478,3 +478,10 @@ def test_unique_default_groups_do_not_share_records(topics: Settings, producer: 
         name = "u" + uuid.uuid4().hex[:6]
         publish(producer, topics, [wire(name, 1), wire(name, 2)])
         assert keys(collect(a, 2)) == keys(collect(b, 2)) == [(name, 1), (name, 2)]
+
+
+def test_context_for_without_the_topic_is_empty_and_creates_nothing(
+    settings: Settings, admin: Any
+) -> None:
+    assert context_for("anyone", settings=settings) == ""
+    assert settings.assessments_topic not in admin.list_topics(timeout=10).topics

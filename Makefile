@@ -14,7 +14,7 @@ CACHE ?= .cache
 INSTALL_STAMP := $(CACHE)/install-$(subst /,_,$(shell command -v $(PYTHON) 2>/dev/null || echo $(PYTHON))).stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install jars broker broker-stop broker-status test unit integration lint format demo bench clean
+.PHONY: help install jars browser broker broker-stop broker-status test unit integration lint format demo bench clean
 
 help:
 	@echo "make install        pip install -e '.[test]' (only when pyproject.toml changed)"
@@ -47,7 +47,17 @@ broker-stop:
 broker-status:
 	$(PYTHON) -m streams broker status
 
-test: install jars
+# Headless Chromium renders the HTML report in tests/integration/test_report_browser.py.
+# Installed from Debian's packages when we are root and apt-get exists; otherwise
+# that one test skips and says why.
+browser:
+	@if command -v chromium >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing Debian's chromium for the report browser test"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else echo "chromium not installed (needs root + apt-get): the browser test will skip"; fi
+
+test: install jars browser
 	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
 
 unit: install

@@ -190,7 +190,9 @@ def _scan(
                     f"reading {tp.topic} partition {tp.partition} offsets {start}..{end} "
                     "timed out (raise timeout_s, or check the broker)"
                 )
-            for msg in consumer.consume(_BATCH, 0.5):
+            first = consumer.poll(0.5)  # returns at the first message, unlike consume
+            batch = [] if first is None else [first, *consumer.consume(_BATCH, 0)]
+            for msg in batch:
                 err = msg.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:

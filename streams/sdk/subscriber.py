@@ -711,7 +711,12 @@ class AssessmentSubscriber:
             if self.group_id is None and not self._assigned:
                 time.sleep(timeout_s)
                 return []
-            messages = self._consumer.consume(_MAX_BATCH, timeout_s)
+            # poll returns as soon as one message is there (consume would wait the
+            # whole timeout for a full batch); then take what is already fetched
+            first = self._consumer.poll(timeout_s)
+            messages = [] if first is None else [first]
+            if first is not None:
+                messages.extend(self._consumer.consume(_MAX_BATCH, 0))
             out: list[Record | Tombstone] = []
             for msg in messages:
                 err = msg.error()

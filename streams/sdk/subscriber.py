@@ -63,7 +63,10 @@ exist yet when the subscriber opened is read from its beginning once it appears
 (everything in it is newer than the subscriber).  With a ``group_id`` it joins
 that group (partitions shared between members, offsets committed after each
 record is processed); a partition the group has no committed offset for starts at
-the beginning or at the high watermark read at assignment time.
+the beginning or at the high watermark read at assignment time.  Tree following
+in a group is weaker: ``<prefix>.control`` is read only if it existed at open,
+its partitions are shared between members, and records are not held back until
+it was read (in manual mode they are).
 
 Thread-safety: :meth:`close` may be called from any thread (it waits for an
 in-flight poll, at most ``poll_interval_s``); the other methods are meant for
@@ -822,13 +825,20 @@ class AssessmentSubscriber:
         return self
 
     async def __anext__(self) -> Record | Tombstone:
-        """Polls in a worker thread so the event loop stays free."""
+        """Polls in a worker thread so the event loop stays free.
+
+        Cancelling the awaiting task (``asyncio.wait_for`` ...) loses no record:
+        what the in-flight poll returns is kept for the next ``__anext__``.
+        """
         while not self._pending:
             if self._closed:
                 raise StopAsyncIteration
-            batch = await asyncio.to_thread(self._fetch, self.poll_interval_s)
-            self._pending.extend(batch)
+            # the thread appends to _pending itself: a cancelled await loses nothing
+            await asyncio.to_thread(self._fill, self.poll_interval_s)
         return self._pending.popleft()
+
+    def _fill(self, timeout_s: float) -> None:
+        self._pending.extend(self._fetch(timeout_s))
 
     # -- counters and lifecycle ---------------------------------------------
     def stats(self) -> SubscriberStats:

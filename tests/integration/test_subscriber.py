@@ -8,6 +8,7 @@ into their own prefix's topics.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 import time
@@ -485,3 +486,28 @@ def test_context_for_without_the_topic_is_empty_and_creates_nothing(
 ) -> None:
     assert context_for("anyone", settings=settings) == ""
     assert settings.assessments_topic not in admin.list_topics(timeout=10).topics
+
+
+def test_cancelled_async_reads_lose_no_record(topics: Settings, producer: Producer) -> None:
+    async def main() -> list[Any]:
+        out: list[Any] = []
+        async with AssessmentSubscriber(topics, poll_interval_s=0.2) as sub:
+            sub.wait_ready(30)
+
+            def trickle() -> None:  # records arrive while polls are in flight
+                for i in range(20):
+                    publish(producer, topics, [wire("cx", i)])
+                    time.sleep(0.03)
+
+            feeder = threading.Thread(target=trickle)
+            feeder.start()
+            deadline = time.monotonic() + 30
+            while len(out) < 20 and time.monotonic() < deadline:
+                # far shorter than the poll: most awaits are cancelled mid-poll
+                with contextlib.suppress(TimeoutError):
+                    out.append(await asyncio.wait_for(sub.__anext__(), 0.01))
+            feeder.join(30)
+            assert sub.stats().delivered == 20
+        return out
+
+    assert keys(asyncio.run(main())) == [("cx", i) for i in range(20)]

@@ -225,7 +225,9 @@ def check_tables(worker: WorkerProc, exp: dict[str, dict[str, Any]]) -> None:
         status, body = worker.get(f"/sessions/{sid}/state")
         assert status == 200, body
         st = body["state"]
-        assert st["events"] == d["events"], (sid, st, d)
+        diag = {k: st[k] for k in ("events", "last_seq", "seq_gaps", "tool_calls")}
+        diag["recent_seqs"] = [r.get("seq") for r in st["recent"]]
+        assert st["events"] == d["events"], (sid, diag, d, worker.log_path)
         assert st["tool_calls"] == d["tool_calls"], sid
         assert st["errors"] == d["errors"], sid
         assert st["input_tokens"] + st["output_tokens"] == d["tokens"], sid

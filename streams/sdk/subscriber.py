@@ -805,11 +805,17 @@ class AssessmentSubscriber:
     ) -> None:
         """Call ``callback`` for each delivered record until closed or ``stop`` is set.
 
-        An exception from ``callback`` propagates (the record is counted delivered).
+        An exception from ``callback`` propagates; the records after the failing
+        one stay queued for the next poll / run (none is lost).
         """
         while not self._closed and not (stop is not None and stop.is_set()):
-            for item in self.poll():
-                callback(item)
+            batch = self.poll()
+            for i, item in enumerate(batch):
+                try:
+                    callback(item)
+                except BaseException:
+                    self._pending.extendleft(reversed(batch[i + 1 :]))
+                    raise
 
     def __iter__(self) -> AssessmentSubscriber:
         return self

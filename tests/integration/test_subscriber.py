@@ -511,3 +511,23 @@ def test_cancelled_async_reads_lose_no_record(topics: Settings, producer: Produc
         return out
 
     assert keys(asyncio.run(main())) == [("cx", i) for i in range(20)]
+
+
+def test_a_failing_callback_keeps_the_rest_of_the_batch(
+    topics: Settings, producer: Producer
+) -> None:
+    publish(producer, topics, [wire("cf", i) for i in range(5)])
+    seen: list[Any] = []
+
+    def on_record(record: Any) -> None:
+        seen.append(record)
+        if record.seq == 1:
+            raise RuntimeError("consumer bug")
+
+    with AssessmentSubscriber(topics, start="beginning") as sub:
+        sub.wait_caught_up(30)  # all five are fetched: one batch
+        with pytest.raises(RuntimeError, match="consumer bug"):
+            sub.run(on_record)
+        rest = collect(sub, 3, settle_s=0.3)
+    assert keys(seen) == [("cf", 0), ("cf", 1)]
+    assert keys(rest) == [("cf", 2), ("cf", 3), ("cf", 4)]

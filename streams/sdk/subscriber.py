@@ -564,14 +564,18 @@ class AssessmentSubscriber:
         self._retry_at = 0.0
         self._control_read = False
         self._paused: list[TopicPartition] = []
-        if group_id is None:
-            with self._lock:
-                self._assign_available(first=True)
-        else:
-            topics = list(self.topics)
-            if self.control_topic is not None and self.control_topic in self._existing():
-                topics.append(self.control_topic)
-            self._consumer.subscribe(topics, on_assign=self._on_group_assign)
+        try:
+            if group_id is None:
+                with self._lock:
+                    self._assign_available(first=True)
+            else:
+                topics = list(self.topics)
+                if self.control_topic is not None and self.control_topic in self._existing():
+                    topics.append(self.control_topic)
+                self._consumer.subscribe(topics, on_assign=self._on_group_assign)
+        except BaseException:
+            self.close()  # no half-open consumer left behind
+            raise
 
     # -- assignment ----------------------------------------------------------
     def _existing(self) -> dict[str, list[int]]:

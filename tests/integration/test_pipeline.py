@@ -55,25 +55,29 @@ def test_simulated_fleet_reaches_worker_tables_exactly_once(
     from streams.sim.driver import drive
     from streams.sim.fleet import FleetConfig
 
+    worker = WorkerProc(settings, tmp_path / "data")  # creates the topics first
     router_log = (tmp_path / "router.log").open("wb")
-    router = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streams.commands.router",
-            "--bootstrap",
-            settings.bootstrap,
-            "--prefix",
-            settings.prefix,
-            "--partitions",
-            str(settings.events_partitions),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=router_log,
-        stderr=subprocess.STDOUT,
-    )
-    worker = WorkerProc(settings, tmp_path / "data")
+    try:
+        router = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "streams.commands.router",
+                "--bootstrap",
+                settings.bootstrap,
+                "--prefix",
+                settings.prefix,
+                "--partitions",
+                str(settings.events_partitions),
+            ],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=router_log,
+            stderr=subprocess.STDOUT,
+        )
+    except BaseException:
+        worker.stop()
+        raise
     try:
         with Publisher(settings) as pub:
             report = drive(

@@ -71,10 +71,15 @@ def broker_urls(bootstrap: str) -> str:
     return ";".join(h if "://" in h else f"kafka://{h}" for h in hosts)
 
 
-def _default_decoder() -> Decoder:
+def _default_decoder(settings: Settings) -> Decoder:
+    """The serde the SDK publishes with: Confluent framing when a registry is set."""
     from streams.serde import EventSerde
 
-    decode: Decoder = EventSerde().decode
+    framing = "confluent" if settings.schema_registry_url else "single-object"
+    serde = EventSerde(
+        framing, registry=settings.schema_registry_url, max_bytes=settings.max_message_bytes
+    )
+    decode: Decoder = serde.decode
     return decode
 
 
@@ -203,7 +208,7 @@ def create_app(
     if store not in STORES.values():
         raise ConfigError("store", f"{store!r}: use 'rocksdb://' or 'memory://'")
     n_partitions = partitions or settings.events_partitions
-    decoder = decode or _default_decoder()
+    decoder = decode or _default_decoder(settings)
     datadir = Path(data_dir) if data_dir is not None else Path(f"{app_id(settings)}-data")
     if worker_id:
         datadir = datadir / worker_id

@@ -74,7 +74,11 @@ def _default_analysis() -> TrajectoryAnalysisConfig:
 
 
 DEFAULT_OBSERVERS: Final[tuple[ObserverSpec, ...]] = (
-    ObserverSpec("resource", ObserverTrigger(every_n_calls=10, after_consecutive_errors=3)),
+    ObserverSpec(
+        "resource",
+        ObserverTrigger(every_n_calls=10, after_consecutive_errors=3),
+        (("require_budget", True),),
+    ),
     ObserverSpec("pattern", ObserverTrigger(on_every_call=True)),
 )
 

@@ -62,6 +62,11 @@ class ResourceObserver:
     warning_threshold: float = 0.1
     pace: bool = True
     pace_min_elapsed_ms: int = 60_000
+    #: Spec behaviour (False): always run when triggered, saying "No resource
+    #: constraints configured." for a session without a budget.  The default
+    #: deployment config sets True, so budget-less sessions get no Resources
+    #: assessment at all (an assessment the agent can do nothing with is noise).
+    require_budget: bool = False
 
     def __post_init__(self) -> None:
         for key in ("caution_threshold", "warning_threshold"):
@@ -92,6 +97,10 @@ class ResourceObserver:
 
         if not isinstance(self.pace, bool):
             raise ConfigError("thresholds.pace", f"expected true/false, got {self.pace!r}")
+        if not isinstance(self.require_budget, bool):
+            raise ConfigError(
+                "thresholds.require_budget", f"expected true/false, got {self.require_budget!r}"
+            )
 
     @property
     def name(self) -> str:
@@ -102,8 +111,12 @@ class ResourceObserver:
         return True
 
     def should_run(self, context: ObserverContext) -> bool:
-        # Always run when triggered: the trigger configuration controls frequency.
-        return True
+        # The trigger configuration controls frequency; with ``require_budget`` a
+        # session that never set a limit has nothing to report.
+        if not self.require_budget:
+            return True
+        b = context.budget
+        return b.deadline_ms is not None or b.max_tokens is not None or b.max_tool_calls is not None
 
     def _fraction_severity(self, severity: Severity, pct_remaining: float) -> Severity:
         if pct_remaining <= self.warning_threshold:

@@ -4,6 +4,7 @@ snapshot/restore, profiles, determinism and resume (hypothesis)."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -133,17 +134,45 @@ def test_other_session_rejected() -> None:
     assert info.value.field == "session_id"
 
 
-def test_healthy_session_gets_no_pattern_assessments_and_resource_every_10_calls() -> None:
+def test_healthy_session_without_budget_gets_no_assessment_at_all() -> None:
+    """Default config: no budget -> the Resources observer has nothing to say."""
     tr = healthy_trace(30)
     eng = SessionEngine.create("s1")
     outs = run(eng, tr.events)
+    assert list(assessments(outs)) == []
+    assert eng.current is None
+    # a weak, fuzzy doom loop may be *detected* on such a regular workflow; it must not
+    # turn into an assessment
+    assert all(d.pattern.confidence < 0.6 for o in outs for d in o.patterns)
+
+
+def test_spec_resource_observer_reports_missing_budget_when_not_required() -> None:
+    """``require_budget=False`` is the specification's behaviour."""
+    cfg = EngineConfig(observers=(ObserverSpec("resource", ObserverTrigger(every_n_calls=10)),))
+    eng = SessionEngine.create("s1", cfg)
+    run(eng, healthy_trace(10).events)
+    assert eng.current is not None
+    assert "No resource constraints configured." in eng.current.render()
+
+
+def test_healthy_session_with_budget_gets_resource_every_10_calls() -> None:
+    tr = healthy_trace(30)
+    first = tr.events[0]
+    budget = TraceEvent(
+        type="budget",
+        session_id=first.session_id,
+        seq=0,
+        timestamp_ms=first.timestamp_ms,
+        budget=Budget(max_tool_calls=1000),
+    )
+    # the budget goes first: renumber the trace after it
+    ordered = [budget, *(replace(ev, seq=i + 1) for i, ev in enumerate(tr.events))]
+    eng = SessionEngine.create(first.session_id)
+    outs = run(eng, ordered)
     got = list(assessments(outs))
     assert got == [(10, "Resources", "info"), (20, "Resources", "info"), (30, "Resources", "info")]
-    # (a weak, fuzzy doom loop may be *detected* on such a regular workflow; it must not
-    # turn into an assessment)
-    assert all(d.pattern.confidence < 0.6 for o in outs for d in o.patterns)
     assert eng.current is not None and eng.current.render().startswith("## Trajectory Assessment")
-    trig = [ev.seq for ev, o in zip(tr.events, outs, strict=True) if o.assessment]
+    trig = [ev.seq for ev, o in zip(ordered, outs, strict=True) if o.assessment]
     assert eng.current.trigger == "event" and eng.current.seq == trig[-1]
     assert eng.history.trend() == "steady"
 

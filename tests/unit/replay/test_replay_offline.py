@@ -23,7 +23,9 @@ T0 = 1_700_000_000_000
 
 def failing_session(sid: str, start: int, n: int = 8) -> list[TraceEvent]:
     out = [
-        TraceEvent("session_start", sid, 0, start, agent_id="ag", metadata={"task": "fix foo.py"})
+        TraceEvent("session_start", sid, 0, start, agent_id="ag", metadata={"task": "fix foo.py"}),
+        # budgeted from the start, so the Resources observer speaks (it is quiet without limits)
+        TraceEvent("budget", sid, 1, start, budget=Budget(max_tool_calls=100)),
     ]
     t = start
     for i in range(n):

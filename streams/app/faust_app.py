@@ -14,7 +14,7 @@ store and ports differ per process and per test).  It declares
 * one agent with ``concurrency=1`` (Faust may commit past unprocessed messages
   with more) that applies each event exactly once via
   :class:`~streams.app.processor.EventProcessor`;
-* read-only web views ``GET /sessions/{id}/state`` and ``GET /sessions/{id}/minutes``.
+* read-only web views and ``/metrics`` (``streams.app.web``, ``streams.app.metrics``).
 
 Co-partitioning invariant: the tables have exactly as many partitions as
 ``<prefix>.events`` and are keyed by session id, so a session's table rows live
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,16 +33,15 @@ from typing import Any
 
 import faust
 from faust.transport.drivers import aiokafka as _aiokafka_driver
-from faust.web import Request, Response, View
 
+from streams.app.metrics import WorkerMetrics
 from streams.app.outputs import OutputEncoder
 from streams.app.processor import EventProcessor
-from streams.app.state import BudgetState, MinuteCounts, SessionCounters
-from streams.core.codec import decode_state
+from streams.app.web import register_views
 from streams.core.config import EngineConfig
 from streams.core.errors import ConfigError, InvalidEventError, SerdeError
 from streams.core.events import TraceEvent
-from streams.settings import SESSION_ID_RE, Settings
+from streams.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +125,7 @@ class WorkerApp:
     engines: Any
     events_topic: Any
     dlq_topic: Any
+    metrics: WorkerMetrics | None = None
 
 
 class _OutputError(Exception):
@@ -150,33 +151,6 @@ def _dlq_headers(exc: BaseException, message: Any) -> list[tuple[str, bytes]]:
     ]
 
 
-def _engine_summary(data: bytes) -> dict[str, Any]:
-    """A JSON view of a stored engine state (not the whole state: it can be large)."""
-    state = decode_state(data)
-    current = state.current
-    return {
-        "last_seq": state.last_seq,
-        "profile": state.profile,
-        "tokens_used": state.tokens_used,
-        "budget": {
-            "deadline_ms": state.budget.deadline_ms,
-            "max_tokens": state.budget.max_tokens,
-            "max_tool_calls": state.budget.max_tool_calls,
-        },
-        "state_bytes": len(data),
-        "assessment": None
-        if current is None
-        else {
-            "severity": current.severity,
-            "seq": current.seq,
-            "call_index": current.call_index,
-            "trigger": current.trigger,
-            "observers": [a.observer_name for a in current.assessments],
-            "rendered": current.render(),
-        },
-    }
-
-
 def create_app(
     settings: Settings,
     *,
@@ -191,6 +165,7 @@ def create_app(
     with_engine: bool = True,
     engine_config: EngineConfig | None = None,
     producer_linger_s: float = 0.005,
+    metrics: WorkerMetrics | None = None,
 ) -> WorkerApp:
     """Build a worker app from ``settings``.
 
@@ -201,8 +176,10 @@ def create_app(
     ``decode`` turns message bytes into a TraceEvent (default: the Avro serde).
     ``with_engine`` adds the ``engines`` table running the core
     :class:`~streams.core.engine.SessionEngine` (``engine_config``, default
-    ``EngineConfig()``) on every event.
+    ``EngineConfig()``) on every event.  ``metrics`` (default: a fresh
+    :class:`~streams.app.metrics.WorkerMetrics`) is fed by the agent and served on ``/metrics``.
     """
+    metrics = metrics if metrics is not None else WorkerMetrics()
     if store in STORES:
         store = STORES[store]
     if store not in STORES.values():
@@ -283,6 +260,7 @@ def create_app(
     @app.agent(events, concurrency=1)
     async def process(stream: Any) -> None:
         async for ev in stream.events():
+            started_ns = time.perf_counter_ns()  # metrics hook, keep
             message = ev.message
             value = ev.value
             try:
@@ -316,6 +294,9 @@ def create_app(
                     type(exc).__name__,
                     exc,
                 )
+                metrics.on_dlq(
+                    type(exc.cause if isinstance(exc, _OutputError) else exc).__name__
+                )  # metrics hook, keep
                 await dlq.send(key=ev.key, value=value, headers=_dlq_headers(exc, message))
                 continue
             except Exception as exc:
@@ -331,6 +312,8 @@ def create_app(
                 )
                 await app.crash(exc)
                 raise
+            metrics.on_event(event.type, started_ns, event.timestamp_ms)  # metrics hook, keep
+            metrics.on_outputs(result.engine)  # metrics hook, keep
             for rec in records:
                 # same producer as the changelogs: flushed before the offset commit
                 await out_topics[rec.kind].send(
@@ -345,73 +328,17 @@ def create_app(
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         processor.drop_caches()
 
-    def _bad_id(web: Any, session_id: str) -> Response | None:
-        if SESSION_ID_RE.match(session_id):
-            return None
-        response: Response = web.json(
-            {
-                "error": "malformed session id",
-                "session_id": session_id[:200],
-                "hint": "use 1-200 characters of letters, digits, '.', '_' or '-'",
-            },
-            status=400,
-        )
-        return response
-
-    @app.page("/sessions/{session_id}/state")
-    class SessionStateView(View):
-        """JSON of one session's table values (404 unknown, 400 malformed id)."""
-
-        async def get(self, request: Request, session_id: str) -> Response:
-            bad = _bad_id(self, session_id)
-            if bad is not None:
-                return bad
-            raw = sessions.get(session_id.encode())
-            if raw is None:
-                return self.json(
-                    {
-                        "error": "unknown session",
-                        "session_id": session_id,
-                        "hint": "no event of this session has reached this worker's partitions yet",
-                    },
-                    status=404,
-                )
-            braw = budgets.get(session_id.encode())
-            eraw = engines.get(session_id.encode()) if engines is not None else None
-            return self.json(
-                {
-                    "session_id": session_id,
-                    "state": SessionCounters.decode(raw).to_json(),
-                    "budget": None if braw is None else BudgetState.decode(braw).to_json(),
-                    "engine": None if eraw is None else _engine_summary(eraw),
-                }
-            )
-
-    @app.page("/sessions/{session_id}/minutes")
-    class SessionMinutesView(View):
-        """Per-minute counts of one session, oldest first (scans the minutes table)."""
-
-        async def get(self, request: Request, session_id: str) -> Response:
-            bad = _bad_id(self, session_id)
-            if bad is not None:
-                return bad
-            prefix = f"{session_id}@"
-            rows = []
-            for key, raw in minutes.items():
-                k = key.decode() if isinstance(key, bytes) else str(key)
-                if k.startswith(prefix):
-                    rows.append(MinuteCounts.decode(raw).to_json())
-            if not rows and sessions.get(session_id.encode()) is None:
-                return self.json({"error": "unknown session", "session_id": session_id}, status=404)
-            rows.sort(key=lambda r: r["minute_start_ms"])
-            return self.json({"session_id": session_id, "minutes": rows})
-
-    @app.page("/stats")
-    class StatsView(View):
-        """Processor counters (events applied / duplicates ignored) of this worker."""
-
-        async def get(self, request: Request) -> Response:
-            return self.json({"applied": processor.applied, "duplicates": processor.duplicates})
+    # HTTP views (streams/app/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
+    register_views(
+        app,
+        sessions=sessions,
+        budgets=budgets,
+        minutes=minutes,
+        engines=engines,
+        stats=lambda: {"applied": processor.applied, "duplicates": processor.duplicates},
+        metrics=metrics,
+        events_topic=settings.events_topic,
+    )
 
     return WorkerApp(
         app=app,
@@ -423,6 +350,7 @@ def create_app(
         engines=engines,
         events_topic=events,
         dlq_topic=dlq,
+        metrics=metrics,
     )
 
 

@@ -67,18 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import os
-
-    try:
-        return _run(args)
-    except BrokenPipeError:
-        # The reader of stdout went away (e.g. `| head`): stop quietly, as Unix tools do.
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        return 0
-
-
-def _run(args: argparse.Namespace) -> int:
     from streams.core.config import EngineConfig, load_config
     from streams.core.errors import ConfigError
     from streams.replay.cli_args import (

@@ -177,34 +177,23 @@ def ensure_snapshots_topic(
     If it exists it must be compacted: a delete-policy topic would lose restore
     points to retention, so that raises :class:`ConfigError` naming the setting.
     """
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import ConfigResource, NewTopic  # type: ignore[attr-defined]
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
+    from streams.admin import TopicSpec, create_topics
     from streams.sdk.publisher import RECORD_OVERHEAD
 
     topic = settings.snapshots_topic
-    futures = admin.create_topics(
-        [
-            NewTopic(
-                topic,
-                num_partitions=partitions,
-                replication_factor=-1,
-                config={
-                    "cleanup.policy": "compact",
-                    "max.message.bytes": str(settings.max_message_bytes + RECORD_OVERHEAD),
-                },
-            )
-        ],
-        operation_timeout=timeout_s,
-        request_timeout=timeout_s,
+    spec = TopicSpec(
+        topic,
+        partitions,
+        {
+            "cleanup.policy": "compact",
+            "max.message.bytes": str(settings.max_message_bytes + RECORD_OVERHEAD),
+        },
     )
-    try:
-        futures[topic].result(timeout=timeout_s)
+    if create_topics(admin, [spec], bootstrap=settings.bootstrap, timeout_s=timeout_s):
         return topic
-    except KafkaException as exc:
-        err = exc.args[0] if exc.args else None
-        if not (isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS):
-            raise DeliveryError(f"creating topic {topic!r} failed: {exc}") from exc
+    # it existed already: it must be compacted
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
     configs = admin.describe_configs([res], request_timeout=timeout_s)[res].result(
         timeout=timeout_s

@@ -40,11 +40,13 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
+from streams.admin import TopicSpec, create_topics
 from streams.core.errors import DeliveryError, InvalidEventError
 from streams.router.announce import PendingTopics, parse_announcement
 from streams.router.config import RouterConfig
+from streams.router.metrics import RouterMetrics
 from streams.router.stats import RouterStats, format_status
 from streams.router.validate import (
     Accepted,
@@ -77,34 +79,20 @@ def ensure_topics(
     """
     admin = admin or AdminClient({"bootstrap.servers": settings.bootstrap})
     topic_cfg = {"max.message.bytes": str(settings.max_message_bytes + _TOPIC_MARGIN)}
-    wanted = [
-        NewTopic(
-            settings.events_topic,
-            settings.events_partitions,
-            config.replication_factor,
-            config=topic_cfg,
-        ),
-        NewTopic(settings.dlq_topic, 1, config.replication_factor, config=topic_cfg),
-        # Compacted, as the SDK creates it: the latest announcement per session is kept.
-        NewTopic(
-            settings.control_topic,
-            1,
-            config.replication_factor,
-            config={"cleanup.policy": "compact"},
-        ),
-    ]
-    futures = admin.create_topics(wanted, request_timeout=15.0)
-    for name, fut in futures.items():
-        try:
-            fut.result(timeout=20.0)
-            log.info("created topic %s", name)
-        except KafkaException as exc:
-            if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-                raise DeliveryError(
-                    f"creating topic {name!r} on {settings.bootstrap} failed: {exc.args[0]}; "
-                    "check the broker is reachable and allows topic creation"
-                ) from exc
-    md = admin.list_topics(settings.events_topic, timeout=10.0)
+    rf = config.replication_factor
+    for name in create_topics(
+        admin,
+        [
+            TopicSpec(settings.events_topic, settings.events_partitions, topic_cfg, rf),
+            TopicSpec(settings.dlq_topic, 1, topic_cfg, rf),
+            # Compacted, as the SDK creates it: the latest announcement per session is kept.
+            TopicSpec(settings.control_topic, 1, {"cleanup.policy": "compact"}, rf),
+        ],
+        bootstrap=settings.bootstrap,
+    ):
+        log.info("created topic %s", name)
+    # (full metadata, never list_topics(topic=...): that would auto-create on some brokers)
+    md = admin.list_topics(timeout=10.0)
     meta = md.topics.get(settings.events_topic)
     if (
         meta is not None
@@ -144,6 +132,7 @@ class Router:
         decoder: EventDecoder | None = None,
         extra_consumer_config: dict[str, Any] | None = None,
         extra_producer_config: dict[str, Any] | None = None,
+        metrics: RouterMetrics | None = None,
     ) -> None:
         self.settings = settings
         self.config = config or RouterConfig()
@@ -151,6 +140,8 @@ class Router:
         self._extra_consumer = dict(extra_consumer_config or {})
         self._extra_producer = dict(extra_producer_config or {})
         self._stop = threading.Event()
+        #: Prometheus hooks (streams.router.metrics); None: no metrics.
+        self.metrics = metrics
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
         self._in_txn = False
@@ -215,6 +206,9 @@ class Router:
             "transactional.id": cfg.resolved_transactional_id(self._prefix),
             "transaction.timeout.ms": cfg.transaction_timeout_ms,
             "linger.ms": 5,
+            # Java-compatible murmur2 for keyed messages, as Faust/aiokafka: the worker's
+            # HTTP routing computes a session's partition this way (streams.app.web).
+            "partitioner": "murmur2_random",
             "message.max.bytes": self._max_bytes + 2 * _TOPIC_MARGIN,
             # Failures only: a Python callback per delivered message costs ~1 us each.
             "delivery.report.only.error": True,
@@ -320,6 +314,8 @@ class Router:
                 wait = 0.1
             room = max(1, min(1000, cfg.batch_max_messages - self._txn_msgs))
             msgs = consumer.consume(num_messages=room, timeout=wait)
+            if self.metrics is not None:
+                self.metrics.maybe_sample(consumer, self._assigned)
             try:
                 for msg in msgs:
                     self._handle(msg)
@@ -413,6 +409,8 @@ class Router:
                 key = self._keys[verdict.session_id] = verdict.session_id.encode("utf-8")
             self._produce(self._events_topic, value, key, msg.headers(), msg.timestamp()[1])
             self._txn_routed += 1
+            if self.metrics is not None:
+                self.metrics.on_accepted(verdict.type)
         else:
             self._dead_letter(msg, verdict)
 
@@ -428,6 +426,8 @@ class Router:
         )
         self._produce(self._dlq_topic, value, msg.key(), headers, msg.timestamp()[1])
         self._txn_dlq += 1
+        if self.metrics is not None:
+            self.metrics.on_rejected(rejected.error_class)
 
     def _handle_announcement(self, msg: Message) -> None:
         if not self.config.use_announcements:
@@ -517,6 +517,9 @@ class Router:
             self._abort(str(kerr))
             return
         self._commit_s += time.monotonic() - t0
+        if self.metrics is not None:
+            done = time.monotonic()
+            self.metrics.on_commit(done - self._txn_started, done - t0)
         self._in_txn = False
         self._consecutive_aborts = 0
         self._transactions += 1
@@ -553,6 +556,8 @@ class Router:
         except KafkaException as exc:
             raise self._fatal("abort_transaction", exc) from exc
         self._in_txn = False
+        if self.metrics is not None:
+            self.metrics.on_abort(self._txn_msgs)
         self._aborts += 1
         self._aborted_msgs += self._txn_msgs
         self._consecutive_aborts += 1

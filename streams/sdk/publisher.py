@@ -59,8 +59,9 @@ from types import TracebackType
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
+from streams.admin import TopicSpec, create_topics
 from streams.core.errors import DeliveryError, InvalidEventError
 from streams.core.events import (
     META_INPUT_TRUNCATED,
@@ -205,33 +206,14 @@ class Publisher:
             missing = {t: dict(c) for t, c in wanted.items() if t not in self._topics}
         if not missing:
             return
-        futures = self._admin.create_topics(
-            [
-                NewTopic(t, num_partitions=1, replication_factor=-1, config=c)
-                for t, c in missing.items()
-            ],
-            operation_timeout=self._admin_timeout_s,
-            request_timeout=self._admin_timeout_s,
+        create_topics(
+            self._admin,
+            [TopicSpec(t, 1, c) for t, c in missing.items()],
+            bootstrap=self.settings.bootstrap,
+            timeout_s=self._admin_timeout_s,
         )
-        for topic, future in futures.items():
-            try:
-                future.result(timeout=self._admin_timeout_s)
-            except KafkaException as exc:
-                err = exc.args[0] if exc.args else None
-                if not (
-                    isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS
-                ):
-                    raise DeliveryError(
-                        f"creating topic {topic!r} on {self.settings.bootstrap} failed: {exc} "
-                        "(is the broker reachable? may this client create topics?)"
-                    ) from exc
-            except TimeoutError as exc:
-                raise DeliveryError(
-                    f"creating topic {topic!r} on {self.settings.bootstrap} timed out after "
-                    f"{self._admin_timeout_s} s (is the broker reachable?)"
-                ) from exc
-            with self._lock:
-                self._topics.add(topic)
+        with self._lock:
+            self._topics.update(missing)
 
     def announce(self, session_id: str, topic: str, info: Mapping[str, JsonValue]) -> None:
         """Tell routers that ``topic`` exists (key = session id, JSON value)."""

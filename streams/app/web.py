@@ -2,7 +2,8 @@
 
 ::
 
-    GET /sessions                        sessions on THIS worker's partitions (JSON)
+    GET /sessions                        sessions on THIS worker's partitions (JSON; rows a
+                                         store still holds for revoked partitions are left out)
         ?min_severity=caution|warning|info   only sessions whose assessment is at least that
         ?glob=ci-*                           only session ids matching the glob
     GET /sessions/{id}/assessment        the current rendered assessment (text/markdown),
@@ -322,6 +323,16 @@ def register_views(
     route_topic = sessions.changelog_topic.get_topic_name()
     route_partitions = int(sessions.partitions)
 
+    def owned_partitions() -> set[int]:
+        """Partitions of the route table assigned to this worker (same metadata as routing)."""
+        here = app.conf.canonical_url
+        owned: set[int] = set()
+        for url, topics in app.router.table_metadata(route_table).items():
+            u = URL(str(url))
+            if (u.host, u.port) == (here.host, here.port):
+                owned.update(topics.get(route_topic, ()))
+        return owned
+
     def bad_request(view: View, exc: BadRequest) -> Response:
         out: Response = view.json(
             {"error": "bad request", "parameter": exc.parameter, "hint": str(exc)}, status=400
@@ -416,10 +427,13 @@ def register_views(
             except BadRequest as exc:
                 return bad_request(self, exc)
             rows = []
+            owned = owned_partitions()
             for key, raw in sessions.items():
                 sid = _key_str(key)
                 if glob is not None and not fnmatch.fnmatchcase(sid, glob):
                     continue  # cheap filter before decoding anything
+                if key_partition(sid, route_partitions) not in owned:
+                    continue  # a store can keep rows of partitions revoked from us
                 counters = SessionCounters.decode(raw)
                 eng = states.get(sid)
                 current = eng[0].current if eng is not None else None

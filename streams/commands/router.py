@@ -19,6 +19,8 @@ Examples:
   trajectory router --batch-size 500 --batch-ms 50   # smaller transactions, lower latency
 
 Every --status-every seconds it logs one line: routed/DLQ totals and rates.
+--metrics-port N serves Prometheus metrics on 127.0.0.1:N/metrics (events by
+type, DLQ by error class, per-partition consumer lag, transaction times).
 SIGTERM or Ctrl-C commits the open transaction and exits 0.  Each instance is a
 static group member named by its transactional id: a restart with the same id
 resumes at once; a stopped instance's partitions move to the others after the
@@ -88,6 +90,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=10.0,
         help="seconds between status lines (0: none; default 10)",
     )
+    parser.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics (conventional: 9464; "
+        "default 0 = off)",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -117,7 +126,16 @@ def run(args: argparse.Namespace) -> int:
         use_announcements=not args.no_announcements,
         status_interval_s=args.status_every,
     )
-    router = Router(settings, config)
+    metrics = None
+    if args.metrics_port:
+        from streams.router.metrics import RouterMetrics
+
+        metrics = RouterMetrics()
+        metrics.serve(args.metrics_port)
+        logging.getLogger("streams.router").info(
+            "metrics on http://127.0.0.1:%d/metrics", args.metrics_port
+        )
+    router = Router(settings, config, metrics=metrics)
 
     def stop(signum: int, frame: object) -> None:
         logging.getLogger("streams.router").info(

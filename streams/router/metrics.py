@@ -1,0 +1,159 @@
+"""Prometheus metrics of the ingest router (``trajectory router --metrics-port N``).
+
+Why counts move at commit time: the router forwards in Kafka transactions, and
+an aborted transaction's messages are consumed again.  Counting at consume time
+would count them twice, so accepted / dead-lettered messages are held per open
+transaction (:meth:`RouterMetrics.on_accepted`, :meth:`RouterMetrics.on_rejected`)
+and added to the counters by :meth:`RouterMetrics.on_commit`, or dropped (and
+counted as aborted) by :meth:`RouterMetrics.on_abort`.  So the counters equal
+what read_committed readers of ``<prefix>.events`` / ``<prefix>.dlq`` see.
+
+Consumer lag per source partition (high watermark - position) is sampled by
+:meth:`RouterMetrics.maybe_sample` from the router's own loop every
+``sample_interval_s`` (librdkafka's client is used from the router thread only;
+the cached high watermark is updated by every fetch response, so sampling costs
+no broker round trip).
+
+Own :class:`~prometheus_client.CollectorRegistry` per instance (tests run
+several routers in one process).  :meth:`RouterMetrics.serve` starts
+``prometheus_client``'s HTTP server on a port (daemon thread).
+Label values are bounded: event types, error classes, topic+partition of the
+router's assignment (one per session topic: with many sessions this is the
+largest family; partitions that are no longer assigned are removed).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter as _Tally
+from collections.abc import Iterable
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import generate_latest, start_http_server
+
+TXN_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+
+class RouterMetrics:
+    """The router's metric families (see the module docstring)."""
+
+    def __init__(
+        self,
+        registry: CollectorRegistry | None = None,
+        *,
+        sample_interval_s: float = 2.0,
+        clock: Any = time.monotonic,
+    ) -> None:
+        self.registry = registry if registry is not None else CollectorRegistry()
+        self.sample_interval_s = sample_interval_s
+        self._clock = clock
+        self._next_sample = 0.0
+        self._pending_types: _Tally[str] = _Tally()
+        self._pending_dlq: _Tally[str] = _Tally()
+        r = self.registry
+        self.events = Counter(
+            "trajectory_router_events",
+            "Events forwarded to <prefix>.events in committed transactions, by type",
+            ["type"],
+            registry=r,
+        )
+        self.dlq = Counter(
+            "trajectory_router_dlq",
+            "Messages dead-lettered in committed transactions, by error class",
+            ["reason_class"],
+            registry=r,
+        )
+        self.transactions = Counter(
+            "trajectory_router_transactions", "Committed transactions", registry=r
+        )
+        self.aborts = Counter(
+            "trajectory_router_aborted_transactions", "Aborted transactions", registry=r
+        )
+        self.aborted_messages = Counter(
+            "trajectory_router_aborted_messages",
+            "Messages in aborted transactions (consumed again afterwards)",
+            registry=r,
+        )
+        self.txn_seconds = Histogram(
+            "trajectory_router_transaction_seconds",
+            "Wall time of a transaction from begin to committed (bounded by --batch-ms "
+            "plus the commit round trips): the latency the router adds",
+            buckets=TXN_BUCKETS,
+            registry=r,
+        )
+        self.commit_seconds = Histogram(
+            "trajectory_router_commit_seconds",
+            "Wall time of send_offsets_to_transaction + commit_transaction",
+            buckets=TXN_BUCKETS,
+            registry=r,
+        )
+        self.consumer_lag = Gauge(
+            "trajectory_router_consumer_lag_messages",
+            "Per source partition: high watermark - consumer position (sampled)",
+            ["topic", "partition"],
+            registry=r,
+        )
+
+    # -- hooks (router thread) --------------------------------------------
+    def on_accepted(self, event_type: str) -> None:
+        self._pending_types[event_type] += 1
+
+    def on_rejected(self, error_class: str) -> None:
+        self._pending_dlq[error_class] += 1
+
+    def on_commit(self, txn_seconds: float, commit_seconds: float) -> None:
+        """The open transaction committed: its messages count now."""
+        for event_type, n in self._pending_types.items():
+            self.events.labels(event_type).inc(n)
+        for error_class, n in self._pending_dlq.items():
+            self.dlq.labels(error_class).inc(n)
+        self._pending_types.clear()
+        self._pending_dlq.clear()
+        self.transactions.inc()
+        self.txn_seconds.observe(max(0.0, txn_seconds))
+        self.commit_seconds.observe(max(0.0, commit_seconds))
+
+    def on_abort(self, messages: int) -> None:
+        """The open transaction was aborted: its messages will be consumed again."""
+        self._pending_types.clear()
+        self._pending_dlq.clear()
+        self.aborts.inc()
+        self.aborted_messages.inc(messages)
+
+    def maybe_sample(self, consumer: Any, assigned: Iterable[Any]) -> None:
+        """Every ``sample_interval_s``: lag = cached high watermark - position."""
+        now = self._clock()
+        if now < self._next_sample:
+            return
+        self._next_sample = now + self.sample_interval_s
+        tps = list(assigned)
+        lags: dict[tuple[str, str], int] = {}
+        if tps:
+            for tp in consumer.position(tps):
+                if tp.offset < 0:  # nothing consumed yet: no position to compare
+                    continue
+                _low, high = consumer.get_watermark_offsets(tp, cached=True)
+                if high < 0:
+                    continue
+                lags[(tp.topic, str(tp.partition))] = max(0, high - tp.offset)
+        self.set_lags(lags)
+
+    def set_lags(self, lags: dict[tuple[str, str], int]) -> None:
+        for (topic, partition), lag in lags.items():
+            self.consumer_lag.labels(topic, partition).set(lag)
+        for labels in list(self.consumer_lag._metrics):
+            if labels not in lags:
+                self.consumer_lag.remove(*labels)
+
+    # -- exposition --------------------------------------------------------
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+    def serve(self, port: int, addr: str = "127.0.0.1") -> Any:
+        """Serve ``/metrics`` on ``addr:port`` (daemon thread); returns the server."""
+        server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        return server
+
+
+__all__ = ["TXN_BUCKETS", "RouterMetrics"]

@@ -3,10 +3,19 @@
 The demo starts (or reuses) a local Kafka broker, starts the ingest router and a
 Faust worker as child processes on a fresh topic prefix, drives a simulated
 fleet through the publisher SDK (a quarter of it pathological: looping,
-stalled, budget-burning agents), and shows each session's table state changing
-live, read back from the worker's HTTP view.  When the fleet is done it waits
-for the worker to catch up, prints the final table, and stops everything it
-started (a broker it found already running is left running).
+stalled, budget-burning agents), and shows live, per session, what the worker
+knows and what it concluded: events applied, the latest assessment's severity
+and the first line of its rendered markdown -- read back from the worker's
+HTTP view (``GET /sessions``, ``GET /sessions/<id>/assessment``).  Session ids
+end in their kind (``-looping``, ``-stalled``, ``-budget_burner``,
+``-healthy``): the pathological ones should get caution/warning assessments,
+the healthy ones none.  When the fleet is done it waits for the worker to catch
+up, prints the final table and a summary "kind -> sessions with assessments /
+sessions", and stops everything it started (a broker it found already running
+is left running).
+
+Exit status: 0 when every published event reached the worker's tables and
+every looping session got a warning; 1 otherwise (the reason is printed).
 
 Examples:
   trajectory demo                               # ~40 s, 12 sessions
@@ -65,6 +74,17 @@ def _get_json(url: str, timeout: float = 2.0) -> tuple[int, Any]:
         return exc.code, None
 
 
+def _get_text(url: str, timeout: float = 2.0) -> str | None:
+    """The body of a 200 answer, None on 404 (e.g. no assessment yet); other errors raise."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return str(resp.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return None
+        raise
+
+
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
     from streams.core.errors import TrajectoryError
 
@@ -102,28 +122,97 @@ def _stop(proc: subprocess.Popen[bytes], name: str, timeout_s: float = 20.0) -> 
         proc.wait()
 
 
-def _table(rows: dict[str, dict[str, Any]], title: str) -> Any:
+SEVERITY_STYLE = {"warning": "bold red", "caution": "yellow", "info": "cyan"}
+
+
+def session_kind(session_id: str) -> str:
+    """The simulated kind a fleet session id ends in (``sim-3-0-looping`` -> looping)."""
+    from streams.sim.scenarios import SESSION_KINDS
+
+    for kind in SESSION_KINDS:
+        if session_id.endswith(f"-{kind}"):
+            return kind
+    return "other"
+
+
+def headline(markdown: str) -> str:
+    """The newest assessment in one line: ``<observer>: <summary>``.
+
+    The rendering is ``## Trajectory Assessment``, ``_Generated after..._``, then per
+    observer ``### name [severity]``, a blank line and its summary; the first
+    observer block is shown (observers render in configuration order).
+    """
+    lines = markdown.splitlines()
+    for i, line in enumerate(lines):
+        if line.startswith("### "):
+            summary = next((x for x in lines[i + 1 :] if x.strip()), "")
+            observer = line[4:].rsplit(" [", 1)[0]  # the severity has its own column
+            return f"{observer}: {summary}"
+    return ""
+
+
+def _table(
+    rows: dict[str, dict[str, Any]], heads: dict[str, str], title: str, width: int = 120
+) -> Any:
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=title, title_justify="left")
-    for col in ("session", "events", "tool calls", "errors", "tokens", "last seq", "budget"):
-        t.add_column(col, justify="left" if col in ("session", "budget") else "right")
+    sid_w = max([len("session"), *(len(s) for s in rows)])
+    fixed = {"session": sid_w, "events": 6, "last seq": 8, "severity": 8, "call #": 6}
+    for col, w in fixed.items():
+        t.add_column(
+            col,
+            justify="left" if col in ("session", "severity") else "right",
+            no_wrap=True,
+            min_width=w,
+        )
+    # what is left of the terminal: 3 border/padding characters per column + 1
+    rest = max(20, width - sum(fixed.values()) - 3 * (len(fixed) + 1) - 1)
+    t.add_column("latest assessment", no_wrap=True, overflow="ellipsis", max_width=rest)
     for sid in sorted(rows):
         row = rows[sid]
-        st = row.get("state") or {}
-        budget = row.get("budget") or {}
-        btxt = ""
-        if budget.get("max_tokens"):
-            btxt = f"{budget.get('tokens_used', 0):,}/{budget['max_tokens']:,} tok"
+        sev = row.get("severity")
         style = "" if sid.endswith("healthy") else "yellow"
         t.add_row(
             f"[{style}]{sid}[/]" if style else sid,
-            str(st.get("events", "")),
-            str(st.get("tool_calls", "")),
-            str(st.get("errors", "")),
-            f"{st.get('input_tokens', 0) + st.get('output_tokens', 0):,}" if st else "",
-            str(st.get("last_seq", "")),
-            btxt,
+            str(row.get("events", "")),
+            str(row.get("last_seq", "")),
+            f"[{SEVERITY_STYLE[sev]}]{sev}[/]" if sev in SEVERITY_STYLE else "-",
+            "" if row.get("call_index") is None else str(row["call_index"]),
+            escape(heads.get(sid, "")),  # "[warning]" is rich markup otherwise
+        )
+    return t
+
+
+def summarize(rows: dict[str, dict[str, Any]]) -> dict[str, dict[str, int]]:
+    """Per kind: sessions, sessions with any assessment, with caution+, with a warning."""
+    out: dict[str, dict[str, int]] = {}
+    for sid, row in rows.items():
+        k = out.setdefault(
+            session_kind(sid), {"sessions": 0, "assessed": 0, "caution+": 0, "warning": 0}
+        )
+        sev = row.get("severity")
+        k["sessions"] += 1
+        k["assessed"] += sev is not None
+        k["caution+"] += sev in ("caution", "warning")
+        k["warning"] += sev == "warning"
+    return out
+
+
+def _summary_table(summary: dict[str, dict[str, int]]) -> Any:
+    from rich.table import Table
+
+    t = Table(title="kind -> sessions with assessments / sessions", title_justify="left")
+    for col in ("kind", "assessed / sessions", "caution or warning", "warning"):
+        t.add_column(col, justify="left" if col == "kind" else "right")
+    for kind in sorted(summary, key=lambda k: (k == "healthy", k)):
+        k = summary[kind]
+        t.add_row(
+            kind,
+            f"{k['assessed']} / {k['sessions']}",
+            str(k["caution+"]),
+            str(k["warning"]),
         )
     return t
 
@@ -133,6 +222,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from streams.broker import LocalBroker, free_port, kafka_ready
+    from streams.core.errors import TrajectoryError
     from streams.sdk import Publisher
     from streams.settings import Settings
     from streams.sim.driver import DriveReport, drive
@@ -197,52 +287,87 @@ def run(args: argparse.Namespace) -> int:
         t = threading.Thread(target=fleet_thread, name="fleet", daemon=True)
         t.start()
         rows: dict[str, dict[str, Any]] = {}
+        heads: dict[str, str] = {}
+        head_of: dict[str, tuple[int | None, int | None]] = {}
 
         def poll() -> None:
-            for sid in sorted(seen):
-                status, body = _get_json(f"{base}/sessions/{sid}/state")
-                if status == 200 and body:
-                    rows[sid] = body
+            status, body = _get_json(f"{base}/sessions")
+            if status != 200 or not body:
+                raise TrajectoryError(f"GET {base}/sessions answered {status}: {body}")
+            for row in body["sessions"]:
+                sid = row["session_id"]
+                rows[sid] = row
+                mark = (row.get("assessment_seq"), row.get("call_index"))
+                if row.get("severity") is not None and head_of.get(sid) != mark:
+                    text = _get_text(f"{base}/sessions/{sid}/assessment")
+                    if text is not None:
+                        heads[sid] = headline(text)
+                        head_of[sid] = mark
 
         def title(phase: str) -> str:
-            return f"{phase}: {len(rows)} sessions in the worker's table (prefix {prefix})"
+            assessed = sum(1 for r in rows.values() if r.get("severity"))
+            return (
+                f"{phase}: {len(rows)} sessions in the worker's tables, {assessed} with an "
+                f"assessment (prefix {prefix})"
+            )
 
         expected: dict[str, int] = {}
         settle_deadline: float | None = None
         with Live(
-            _table(rows, title("live")),
+            _table(rows, heads, title("live"), console.width),
             console=console,
             refresh_per_second=2,
             transient=args.no_live,
         ) as live:
             while True:
                 poll()
-                live.update(_table(rows, title("live" if t.is_alive() else "catching up")))
+                live.update(
+                    _table(
+                        rows,
+                        heads,
+                        title("live" if t.is_alive() else "catching up"),
+                        console.width,
+                    )
+                )
                 if not t.is_alive():
                     if errors:
                         raise errors[0]
                     if not expected:
                         expected = dict(report_box["r"].events_per_session)
                         settle_deadline = time.monotonic() + 60
-                    done = all(
-                        (rows.get(sid, {}).get("state") or {}).get("events") == n
-                        for sid, n in expected.items()
-                    )
+                    done = all(rows.get(sid, {}).get("events") == n for sid, n in expected.items())
                     if done or (settle_deadline is not None and time.monotonic() > settle_deadline):
                         break
                 for name, p in procs:
                     if p.poll() is not None:
                         raise SystemExit(f"demo: {name} exited with {p.returncode}; see {workdir}")
                 time.sleep(1.0)
-        console.print(_table(rows, title("final")))
+        console.print(_table(rows, heads, title("final"), console.width))
         r = report_box["r"]
-        applied = sum((rows.get(s, {}).get("state") or {}).get("events", 0) for s in expected)
+        applied = sum(rows.get(s, {}).get("events", 0) for s in expected)
         console.print(
             f"published {r.events} events across {r.started} sessions in {r.elapsed_s:.1f}s; "
             f"the worker's tables hold {applied} of them"
             + ("" if applied == r.events else "  [red](not all arrived in time)[/]")
         )
-        return 0 if applied == r.events else 1
+        published = {sid: rows.get(sid, {}) for sid in expected}
+        summary = summarize(published)
+        console.print(_summary_table(summary))
+        failures = []
+        if applied != r.events:
+            failures.append(f"only {applied} of {r.events} events reached the worker")
+        silent = sorted(
+            sid
+            for sid, row in published.items()
+            if session_kind(sid) == "looping" and row.get("severity") != "warning"
+        )
+        if silent:
+            failures.append(f"looping sessions without a warning: {', '.join(silent)}")
+        if "looping" not in summary:
+            console.print("(no looping session in this fleet: use more --sessions to see one)")
+        for f in failures:
+            console.print(f"[red]demo: {f}[/]")
+        return 1 if failures else 0
     finally:
         for name, p in reversed(procs):
             _stop(p, name)

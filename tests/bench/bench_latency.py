@@ -1,0 +1,363 @@
+"""Live-detection latency: SDK publish -> router -> worker -> assessment subscriber.
+
+A script, not a test (prints figures, asserts nothing).  On a fresh topic prefix:
+
+1. uses the broker at ``$KAFKA_BOOTSTRAP`` (default 127.0.0.1:9092), or starts a
+   :class:`~streams.broker.LocalBroker` there if none answers;
+2. starts ``python -m streams.commands.worker`` (RocksDB, fresh data dir) and
+   creates the session topics of ``--sessions`` sessions up front through the SDK
+   (``Publisher.ensure_session_topics``; the time is printed separately);
+3. for each ``--batch-ms`` value: starts ``python -m streams.commands.router
+   --batch-ms B``, opens an :class:`~streams.sdk.subscriber.AssessmentSubscriber`
+   (start=latest), starts every session (warm-up: until the worker applied all
+   session_start events, which also proves the router picked up every topic),
+   then for each ``--rate``: publishes that many events/s for ``--duration`` s,
+   each session a simulated pathological agent (looping / stalled /
+   budget_burner scripts from ``streams.sim``, so assessments are produced),
+   and waits for the worker to drain;
+4. prints per (batch-ms, rate): events published and the rate achieved, the
+   worker's applied rate during the phase and its drain time (did it keep up?),
+   assessments received, and latency p50/p95/p99/max.
+
+Latency of one assessment = subscriber receive wall time - the assessment's
+``timestamp_ms``.  For an event-triggered assessment that is the triggering
+event's ``timestamp_ms`` (``SessionEngine``: ``generated_at_ms`` = the event
+time, never behind the session's previous event), which the SDK sets from the
+wall clock (``time.time_ns() // 1e6``) when the event is published.  Same machine,
+same clock.  Timer-triggered assessments are left out (their time is the
+worker's clock, not a publish time).
+
+Example::
+
+    KAFKA_BOOTSTRAP=127.0.0.1:9092 python tests/bench/bench_latency.py \\
+        --rate 1000 --rate 5000 --sessions 1000 --duration 20 --batch-ms 100 --batch-ms 20
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from streams.broker import LocalBroker, free_port, kafka_ready, parse_bootstrap  # noqa: E402
+from streams.sdk import Publisher  # noqa: E402
+from streams.sdk.subscriber import AssessmentSubscriber  # noqa: E402
+from streams.settings import Settings  # noqa: E402
+from streams.sim.scenarios import SimAction, session_script  # noqa: E402
+
+KINDS = ("looping", "stalled", "budget_burner")
+
+
+def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+    fh = log.open("wb")
+    return subprocess.Popen(
+        [sys.executable, "-m", *args],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=fh,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+def get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        return json.loads(resp.read())
+
+
+def applied(base: str) -> int:
+    return int(get_json(f"{base}/stats")["applied"])
+
+
+def wait_applied(base: str, target: int, timeout_s: float, proc: subprocess.Popen[bytes]) -> float:
+    """Seconds until the worker applied ``target`` events (inf on timeout)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if proc.poll() is not None:
+            raise SystemExit(f"worker exited with {proc.returncode}")
+        try:
+            if applied(base) >= target:
+                return time.monotonic() - t0
+        except OSError:
+            pass
+        time.sleep(0.1)
+    return float("inf")
+
+
+class Agent:
+    """One simulated session: its SDK session and its infinite script."""
+
+    def __init__(self, session: Any, kind: str, seed: str) -> None:
+        self.session = session
+        self.script = session_script(kind, seed)  # type: ignore[arg-type]
+        self.call_ids: dict[int, str] = {}
+
+    def step(self) -> None:
+        a: SimAction = next(self.script)
+        s = self.session
+        if a.kind == "tool_call":
+            assert a.tool_name is not None and a.call is not None
+            self.call_ids[a.call] = s.tool_call(a.tool_name, a.input)
+        elif a.kind == "tool_result":
+            assert a.call is not None
+            s.tool_result(
+                self.call_ids.pop(a.call),
+                a.output,
+                is_error=a.is_error,
+                error=a.error,
+                latency_ms=a.latency_ms,
+            )
+        elif a.kind == "model_step":
+            s.model_step(
+                a.text,
+                input_tokens=a.input_tokens,
+                output_tokens=a.output_tokens,
+                latency_ms=a.latency_ms,
+            )
+        else:  # budget
+            s.budget(max_tokens=a.max_tokens, tokens_used=0)
+
+
+@dataclass
+class Received:
+    """Assessments the subscriber delivered: (receive ms, assessment ms, session)."""
+
+    rows: list[tuple[int, int, str]] = field(default_factory=list)
+    timer: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __call__(self, rec: Any) -> None:
+        now = time.time_ns() // 1_000_000
+        if getattr(rec, "trigger", "event") != "event":
+            with self.lock:
+                self.timer += 1
+            return
+        with self.lock:
+            self.rows.append((now, int(rec.timestamp_ms), rec.session_id))
+
+
+def pct(values: list[int], q: float) -> float:
+    if not values:
+        return float("nan")
+    s = sorted(values)
+    return float(s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))])
+
+
+def run_phase(
+    agents: list[Agent], rate: float, duration_s: float, rng: random.Random
+) -> tuple[int, float]:
+    """Publish ``rate`` events/s for ``duration_s``; returns (events, seconds)."""
+    n = 0
+    order = itertools.cycle(rng.sample(agents, len(agents)))
+    t0 = time.monotonic()
+    end = t0 + duration_s
+    while True:
+        now = time.monotonic()
+        if now >= end:
+            break
+        due = int((now - t0) * rate)
+        if n >= due:
+            time.sleep(min(0.001, end - now))
+            continue
+        for _ in range(min(due - n, 500)):
+            next(order).step()
+            n += 1
+    return n, time.monotonic() - t0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--rate", type=float, action="append", help="events/s (repeatable)")
+    ap.add_argument("--batch-ms", type=int, action="append", help="router --batch-ms (repeatable)")
+    ap.add_argument("--sessions", type=int, default=1000)
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds per rate")
+    ap.add_argument("--partitions", type=int, default=6, help="<prefix>.events partitions")
+    ap.add_argument("--drain-timeout", type=float, default=120.0)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    rates = args.rate or [1000.0, 5000.0]
+    batches = args.batch_ms or [100]
+
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    host, port = parse_bootstrap(bootstrap)
+    broker = None
+    if not kafka_ready(host, port):
+        broker = LocalBroker(port=port)
+        print(f"starting a local broker on {bootstrap}", flush=True)
+        broker.start()
+    prefix = "lat" + uuid.uuid4().hex[:10]
+    settings = Settings(bootstrap=bootstrap, prefix=prefix, events_partitions=args.partitions)
+    work = Path(tempfile.mkdtemp(prefix=f"bench-latency-{prefix}-"))
+    web_port = free_port()
+    base = f"http://127.0.0.1:{web_port}"
+    print(f"prefix {prefix}, logs in {work}", flush=True)
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        common = ["--bootstrap", bootstrap, "--prefix", prefix]
+        worker = spawn(
+            [
+                "streams.commands.worker",
+                *common,
+                "--data-dir",
+                str(work / "worker"),
+                "--web-port",
+                str(web_port),
+            ],
+            work / "worker.log",
+        )
+        procs.append(worker)
+        sids = [f"lat-{i}-{KINDS[i % len(KINDS)]}" for i in range(args.sessions)]
+        with Publisher(settings) as publisher:
+            t0 = time.monotonic()
+            publisher.ensure_session_topics(sids)
+            setup_s = time.monotonic() - t0
+            print(f"setup: created {len(sids)} session topics in {setup_s:.1f}s", flush=True)
+            if wait_applied(base, 0, 120, worker) == float("inf"):
+                raise SystemExit(f"worker did not answer on {base}; see {work}/worker.log")
+            rng = random.Random(args.seed)
+            agents: list[Agent] | None = None
+            results = []
+            published = 0
+            for batch_ms in batches:
+                router = spawn(
+                    [
+                        "streams.commands.router",
+                        *common,
+                        "--partitions",
+                        str(args.partitions),
+                        "--batch-ms",
+                        str(batch_ms),
+                        "--status-every",
+                        "0",
+                    ],
+                    work / f"router-{batch_ms}.log",
+                )
+                procs.append(router)
+                received = Received()
+                sub = AssessmentSubscriber(settings, start="latest")
+                sub_thread = threading.Thread(target=sub.run, args=(received,), daemon=True)
+                try:
+                    sub.wait_ready(60)
+                    sub_thread.start()
+                    if agents is None:
+                        t0 = time.monotonic()
+                        agents = []
+                        for i, sid in enumerate(sids):
+                            s = publisher.session(sid, flush_on_exit=False)
+                            s.start()
+                            agents.append(Agent(s, KINDS[i % len(KINDS)], f"{args.seed}:{i}"))
+                        published += len(sids)
+                        publisher.flush()
+                        warm = wait_applied(base, published, 180, worker)
+                        print(
+                            f"warm-up: {len(sids)} sessions started and applied by the worker "
+                            f"in {time.monotonic() - t0:.1f}s (router topic pickup included)",
+                            flush=True,
+                        )
+                        if warm == float("inf"):
+                            raise SystemExit("warm-up did not complete; see the logs")
+                    else:  # a new router: wait until it routes (resumes committed offsets)
+                        probe_t0 = time.monotonic()
+                        for a in agents[:10]:
+                            a.step()
+                        published += 10
+                        publisher.flush()
+                        wait_applied(base, published, 120, worker)
+                        print(
+                            f"router --batch-ms {batch_ms} routing after "
+                            f"{time.monotonic() - probe_t0:.1f}s",
+                            flush=True,
+                        )
+                    for rate in rates:
+                        time.sleep(1.0)
+                        start_ms = time.time_ns() // 1_000_000
+                        before = applied(base)
+                        n, secs = run_phase(agents, rate, args.duration, rng)
+                        published += n
+                        publisher.flush()
+                        applied_at_end = applied(base)
+                        drain = wait_applied(base, published, args.drain_timeout, worker)
+                        time.sleep(1.0)  # last assessments reach the subscriber
+                        with received.lock:
+                            lats = [r - t for r, t, _ in received.rows if t >= start_ms]
+                            received.rows = [x for x in received.rows if x[1] < start_ms]
+                        results.append(
+                            {
+                                "batch_ms": batch_ms,
+                                "rate": rate,
+                                "published": n,
+                                "publish_rate": n / secs,
+                                "applied_rate": (applied_at_end - before) / secs,
+                                "drain_s": drain,
+                                "assessments": len(lats),
+                                "p50": pct(lats, 0.50),
+                                "p95": pct(lats, 0.95),
+                                "p99": pct(lats, 0.99),
+                                "max": max(lats) if lats else float("nan"),
+                            }
+                        )
+                        r = results[-1]
+                        print(
+                            f"batch-ms {batch_ms:>4} rate {rate:>6.0f}/s: published {n} "
+                            f"({r['publish_rate']:.0f}/s), worker applied "
+                            f"{r['applied_rate']:.0f}/s during the phase, drained "
+                            f"{drain:.1f}s after; {len(lats)} assessments, latency ms "
+                            f"p50 {r['p50']:.0f} p95 {r['p95']:.0f} p99 {r['p99']:.0f} "
+                            f"max {r['max']:.0f}",
+                            flush=True,
+                        )
+                finally:
+                    sub.close()
+                    sub_thread.join(10)
+                    stop(router)
+            print()
+            print(
+                f"{'batch-ms':>8} {'rate/s':>7} {'published/s':>11} {'applied/s':>9} "
+                f"{'drain s':>7} {'kept up':>7} {'n':>5} {'p50':>6} {'p95':>6} {'p99':>6} "
+                f"{'max':>6}"
+            )
+            for r in results:
+                kept = r["drain_s"] < 2.0 and r["applied_rate"] >= 0.95 * r["publish_rate"]
+                print(
+                    f"{r['batch_ms']:>8} {r['rate']:>7.0f} {r['publish_rate']:>11.0f} "
+                    f"{r['applied_rate']:>9.0f} {r['drain_s']:>7.1f} {'yes' if kept else 'NO':>7} "
+                    f"{r['assessments']:>5} {r['p50']:>6.0f} {r['p95']:>6.0f} {r['p99']:>6.0f} "
+                    f"{r['max']:>6.0f}"
+                )
+            print(f"(session topic setup: {setup_s:.1f}s for {len(sids)} topics; latency in ms)")
+    finally:
+        for p in reversed(procs):
+            stop(p)
+        if broker is not None:
+            broker.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -32,11 +32,12 @@ from pathlib import Path
 from typing import Any
 
 import faust
+from faust.exceptions import ProducerSendError
 from faust.transport.drivers import aiokafka as _aiokafka_driver
 
 from streams.app.metrics import WorkerMetrics
 from streams.app.outputs import OutputEncoder
-from streams.app.processor import EventProcessor
+from streams.app.processor import EventProcessor, TableWrite
 from streams.app.web import register_views
 from streams.core.config import EngineConfig
 from streams.core.errors import ConfigError, InvalidEventError, SerdeError
@@ -100,13 +101,85 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
+        """Faust's ``_commit_tps`` with the write-behind state flushed first.
+
+        Order (docs/guarantees.md): (1) the committable offsets are taken and the
+        dirty state is encoded with no ``await`` in between, so the state covers
+        every event up to those offsets (it may cover more: redeliveries are
+        deduped); (2) the producer is flushed, so the outputs of those events are
+        in Kafka before the state that says "done"; (3) the state goes to the local
+        stores and is queued to the changelogs; (4) ``_commit_offsets`` flushes the
+        producer again (changelogs delivered) and only then commits the offsets.
+        """
+        flusher: StateFlusher | None = getattr(self.app, "state_flusher", None)
+        if flusher is None:
+            done: bool = await super()._commit_tps(tps, start_new_transaction)
+            return done
+        commit_offsets = self._filter_committable_offsets(tps)
+        writes = flusher.processor.collect()
+        if writes:
+            await self.app.producer.flush()
+            flusher.write(writes)
+        if not commit_offsets:
+            return False
+        try:
+            await self._handle_attached(commit_offsets)
+        except ProducerSendError as exc:
+            await self.crash(exc)
+            return False
+        did: bool = await self._commit_offsets(
+            commit_offsets, start_new_transaction=start_new_transaction
+        )
+        return did
+
 
 class _ReadCommittedTransport(_aiokafka_driver.Transport):
     Consumer = _ReadCommittedConsumer
 
 
+class StateFlusher:
+    """Writes the processor's collected values partition-explicitly: local store + changelog.
+
+    Why not ``table[key] = value``: Faust takes the partition of a table write
+    (store and changelog) from the *current stream event*, and a flush runs
+    outside any event (commit, revoke, shutdown).  So we call the store's
+    per-partition DB (RocksDB) or dict (memory) and ``Table.send_changelog(partition,
+    ...)`` ourselves; the changelog callback still records the persisted offset.
+    """
+
+    def __init__(self, processor: EventProcessor, tables: dict[str, Any]) -> None:
+        self.processor = processor
+        self.tables = tables
+        self.flushes = 0
+
+    def write(self, writes: list[TableWrite]) -> None:
+        for w in writes:
+            table = self.tables[w.table]
+            if w.partition is None:
+                raise RuntimeError(f"{w.table}[{w.key!r}]: no partition known for a flush")
+            store = table.data
+            dbs = getattr(store, "_db_for_partition", None)
+            if dbs is not None:  # RocksDB: one DB per partition
+                dbs(w.partition).put(w.key, w.value)
+                store._key_index[w.key] = w.partition
+            else:  # memory store: a dict of raw keys (what changelog recovery writes)
+                store.data[w.key] = w.value
+            table.send_changelog(w.partition, w.key, w.value)
+        self.flushes += 1
+
+    def flush_now(self) -> int:
+        """Collect and write everything dirty (no producer flush: the caller awaits it)."""
+        writes = self.processor.collect()
+        self.write(writes)
+        return len(writes)
+
+
 class ObserverApp(faust.App):
-    """``faust.App`` whose worker consumer reads only committed messages."""
+    """``faust.App`` whose worker consumer reads only committed messages and flushes
+    the write-behind state before every offset commit (``state_flusher``)."""
+
+    state_flusher: StateFlusher | None = None
 
     def _new_transport(self) -> Any:
         return _ReadCommittedTransport(self.conf.broker_consumer, self)
@@ -165,6 +238,8 @@ def create_app(
     with_engine: bool = True,
     engine_config: EngineConfig | None = None,
     producer_linger_s: float = 0.005,
+    commit_every: int = 10_000,
+    timer_interval_s: float | None = 1.0,
     metrics: WorkerMetrics | None = None,
 ) -> WorkerApp:
     """Build a worker app from ``settings``.
@@ -201,6 +276,7 @@ def create_app(
         table_standby_replicas=0,
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=commit_interval_s,
+        broker_commit_every=commit_every,
         broker_client_id=worker_id or app_id(settings),
         web_enabled=web_enabled,
         web_port=web_port,
@@ -256,6 +332,16 @@ def create_app(
         else None
     )
     processor = EventProcessor(sessions, budgets, minutes, engines, engine_config)
+    flusher = StateFlusher(
+        processor,
+        {
+            SESSIONS_TABLE: sessions,
+            BUDGETS_TABLE: budgets,
+            MINUTES_TABLE: minutes,
+            **({ENGINES_TABLE: engines} if engines is not None else {}),
+        },
+    )
+    app.state_flusher = flusher
 
     @app.agent(events, concurrency=1)
     async def process(stream: Any) -> None:
@@ -273,7 +359,7 @@ def create_app(
                         "(producers must key <prefix>.events by session id)",
                     )
                 # InvalidEventError from the engine comes before any table changed
-                result = processor.apply(event)
+                result = processor.apply(event, message.partition)
                 records = []
                 if encoder is not None:
                     try:
@@ -322,11 +408,35 @@ def create_app(
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode's stub wants signal=
     async def _on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
+        # Faust has already waited for the agent to go idle and committed (our commit
+        # hook flushed); flush whatever is still dirty (e.g. timer-made state) and drop
+        # the caches with no await in between, then make the changelog writes durable
+        # before another worker can recover these partitions.
+        n = flusher.flush_now()
         processor.drop_caches()
+        if n:
+            await app.producer.flush()
 
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
-        processor.drop_caches()
+        processor.drop_caches()  # raises if anything is unflushed (cannot happen after revoke)
+
+    if encoder is not None and timer_interval_s:
+        timer_encoder = encoder
+
+        @app.timer(timer_interval_s)
+        async def _assess_quiet_sessions() -> None:
+            """every_n_seconds and deadline assessments of sessions gone quiet.
+
+            The one place wall time enters: ``now`` is the clock, and the engine
+            marks what it makes ``trigger="timer"``; the changed engine state is
+            dirty and reaches the table with the next commit.
+            """
+            if app.rebalancing:
+                return
+            for ta in processor.on_timer(int(time.time() * 1000)):
+                for rec in timer_encoder.timer_records(ta):
+                    await out_topics[rec.kind].send(key=rec.key, value=rec.value)
 
     # HTTP views (streams/app/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
     register_views(
@@ -335,7 +445,13 @@ def create_app(
         budgets=budgets,
         minutes=minutes,
         engines=engines,
-        stats=lambda: {"applied": processor.applied, "duplicates": processor.duplicates},
+        stats=lambda: {
+            "applied": processor.applied,
+            "duplicates": processor.duplicates,
+            "dirty": processor.dirty,
+            "flushed_values": processor.flushed_values,
+            "flushes": flusher.flushes,
+        },
         metrics=metrics,
         events_topic=settings.events_topic,
     )
@@ -360,6 +476,7 @@ __all__ = [
     "MINUTES_TABLE",
     "SESSIONS_TABLE",
     "STORES",
+    "StateFlusher",
     "WorkerApp",
     "app_id",
     "broker_urls",

@@ -13,24 +13,35 @@ Per applied event (``out.applied``):
   ``<prefix>.assessments`` (compacted: the latest per session) **and**
   ``<prefix>.assessment-history`` (every one, time-retained);
 * a ``snapshot`` control event → ``<prefix>.snapshots`` (compacted; key, value
-  and headers per the contract in :mod:`streams.snapshots`).
+  and headers per the contract in :mod:`streams.snapshots`);
+* a ``restore`` control event → the restored point's current assessment (if it
+  has one) again to ``<prefix>.assessments`` only, so the compacted "latest" is
+  not the abandoned branch's (the history already holds that assessment).
 
-Nothing is produced for a duplicate (``out.applied`` is False): outputs follow
-the tables' exactly-once application.  Known gap: if a worker is SIGKILLed after
-its local RocksDB write but before the outputs were flushed, and restarts on the
-same data dir, the redelivered event is a duplicate and its outputs are not
-re-sent (the tables are repaired, the outputs are not).
+A timer-made assessment (:meth:`OutputEncoder.timer_records`, ``trigger="timer"``)
+goes to ``<prefix>.assessments`` and ``<prefix>.assessment-history`` like an
+event-made one; replay never reproduces it and ``compare_with_live`` skips it.
+
+Nothing is produced for a duplicate (``out.applied`` is False).  The worker
+sends outputs as they are made, and flushes them before the (write-behind)
+state that covers their event is written, so after a crash the state is never
+ahead of the outputs: a redelivered event whose state was lost re-emits the same
+records (duplicates identifiable by (session_id, seq, kind)), one whose state
+survived emits nothing and its outputs are already in Kafka (docs/guarantees.md).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from streams.core.config import EngineConfig
 from streams.core.engine import EngineOutput, SessionState
 from streams.core.events import TraceEvent
+
+if TYPE_CHECKING:
+    from streams.app.processor import TimerAssessment
 from streams.settings import Settings
 
 OutputKind = Literal["patterns", "assessments", "assessment_history", "snapshots"]
@@ -93,6 +104,11 @@ class OutputEncoder:
             value = self.assessments.encode(assessment_wire(current, event))
             recs.append(OutputRecord("assessments", key, value))
             recs.append(OutputRecord("assessment_history", key, value))
+        if event.type == "restore":
+            restored = state().current
+            if restored is not None and restored.assessments:
+                value = self.assessments.encode(assessment_wire(restored, event))
+                recs.append(OutputRecord("assessments", key, value))
         if event.type == "snapshot":
             from streams.core.events import META_SNAPSHOT_ID
             from streams.snapshots import snapshot_headers, snapshot_key, snapshot_value
@@ -107,6 +123,21 @@ class OutputEncoder:
                 )
             )
         return recs
+
+    def timer_records(self, made: TimerAssessment) -> list[OutputRecord]:
+        """The records of an assessment ``SessionEngine.on_timer`` made."""
+        from streams.replay.replay import assessment_wire
+
+        current = made.assessment
+        if not current.assessments:
+            return []
+        # assessment_wire reads session_id / parent_session_id / agent_id of the event
+        value = self.assessments.encode(assessment_wire(current, made.lineage))  # type: ignore[arg-type]
+        key = made.lineage.session_id.encode("utf-8")
+        return [
+            OutputRecord("assessments", key, value),
+            OutputRecord("assessment_history", key, value),
+        ]
 
 
 __all__ = ["OutputEncoder", "OutputKind", "OutputRecord", "pattern_severity_policy"]

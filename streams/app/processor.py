@@ -1,29 +1,39 @@
-"""Apply one event to the worker's three tables (pure: the tables are mappings).
+"""Apply events to the worker's tables, write-behind (pure: the tables are mappings).
 
 The Faust agent is a thin shell around :class:`EventProcessor` so the logic can
 be unit-tested with plain dicts and reused by anything that owns key/value
-tables.  Why caches: decoding a session's state bytes on every event would cost
-more than applying the event; the cache holds the decoded value, while every
-applied event still *writes* the table, so the changelog stays the truth.
+tables.
+
+**Write-behind (a record cache flushed on commit, as in Kafka Streams).**  Each
+session's decoded values (counters, budget, latest minute, core engine) live in
+memory; an event changes them there and marks the keys *dirty*.  Nothing is
+encoded or written per event: re-encoding the whole engine state (tens of KB)
+on every event was the worker's main cost.  :meth:`EventProcessor.collect`
+encodes every dirty value once and hands back :class:`TableWrite` values; the
+worker writes them (local store + changelog) right before it commits offsets,
+so a committed offset never runs ahead of the state it covers (see
+docs/guarantees.md for the ordering and the crash analysis).
 
 Invariants:
 
 * The processor is the only writer of the tables it is given (one Faust agent,
   concurrency 1); otherwise the caches would go stale.
-* :meth:`EventProcessor.drop_caches` must be called whenever partitions are
-  revoked: after a rebalance the table (recovered from its changelog) is the
-  truth, not the cache.
-* An event whose ``seq`` a table value already covers changes nothing in it;
-  its current value is written again (same bytes), because after a crash the
-  local store can be ahead of the changelog and a redelivery is the moment to
-  repair that.
+* Every value changed since the last :meth:`collect` is in a dirty set, and
+  :meth:`collect` returns each dirty key once, with its value *at the time of
+  the call* (later changes mark the key dirty again).
+* :meth:`drop_caches` refuses to run while anything is dirty: the caches may
+  only be dropped after a flush (partitions revoked), never instead of one.
+* An event whose ``seq`` a value already covers changes nothing in it, but
+  marks it dirty: after a crash the local store can be ahead of the changelog
+  (the flush writes the store first), and a redelivery is the moment to write
+  the value to the changelog again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from streams.app.state import BudgetState, MinuteCounts, SessionCounters, minute_key, minute_start
 from streams.core.codec import decode_state, encode_state
@@ -31,7 +41,10 @@ from streams.core.engine import EngineOutput, SessionEngine, SessionState
 from streams.core.events import TraceEvent
 
 if TYPE_CHECKING:
+    from streams.core.assessment import CurrentAssessment
     from streams.core.config import EngineConfig
+
+TableName = Literal["sessions", "budgets", "minutes", "engines"]
 
 
 class BytesTable(Protocol):
@@ -48,6 +61,16 @@ class BytesTable(Protocol):
 
 
 @dataclass(frozen=True, slots=True)
+class TableWrite:
+    """One encoded value to write to ``table`` in ``partition`` (store + changelog)."""
+
+    table: TableName
+    partition: int | None
+    key: bytes
+    value: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyResult:
     """What one event did: ``applied`` is False for an already-applied seq."""
 
@@ -59,15 +82,32 @@ class ApplyResult:
     engine: EngineOutput | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class Lineage:
+    """What an assessment record needs from a session's events besides the engine."""
+
+    session_id: str
+    parent_session_id: str | None = None
+    agent_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class TimerAssessment:
+    """An assessment ``SessionEngine.on_timer`` made for a quiet session."""
+
+    lineage: Lineage
+    assessment: CurrentAssessment
+
+
 _V = TypeVar("_V")
 
 
 class EventProcessor:
-    """Applies events to the session, budget, per-minute and engine tables exactly once.
+    """Applies events to the session, budget, per-minute and engine values exactly once.
 
     With an ``engines`` table the core :class:`~streams.core.engine.SessionEngine`
     runs first: it validates the event and raises
-    :class:`~streams.core.errors.InvalidEventError` *before any table changed*, so
+    :class:`~streams.core.errors.InvalidEventError` *before any value changed*, so
     the caller can dead-letter the event and carry on.
     """
 
@@ -84,21 +124,58 @@ class EventProcessor:
         self.minutes = minutes
         self.engines = engines
         self.engine_config = engine_config
-        #: session id -> (engine, bytes of its last written state)
-        self._engines: dict[str, tuple[SessionEngine, bytes | None]] = {}
+        self._engines: dict[str, SessionEngine] = {}
         self._sessions: dict[str, SessionCounters] = {}
         self._budgets: dict[str, BudgetState] = {}
         #: Only the latest touched minute of each session is cached (events are mostly in order).
         self._minutes: dict[str, MinuteCounts] = {}
+        self._lineage: dict[str, Lineage] = {}
+        #: session id -> partition of its events (= of its table rows, co-partitioned)
+        self._partition: dict[str, int | None] = {}
+        self._dirty_sessions: set[str] = set()
+        self._dirty_budgets: set[str] = set()
+        self._dirty_engines: set[str] = set()
+        #: minute key -> (session id, value): older minutes must survive until the flush
+        self._dirty_minutes: dict[str, tuple[str, MinuteCounts]] = {}
         self.applied = 0
         self.duplicates = 0
+        self.flushed_values = 0
+
+    # ------------------------------------------------------------------ caches
+
+    @property
+    def dirty(self) -> int:
+        """How many values are changed in memory and not yet collected."""
+        return (
+            len(self._dirty_sessions)
+            + len(self._dirty_budgets)
+            + len(self._dirty_engines)
+            + len(self._dirty_minutes)
+        )
 
     def drop_caches(self) -> None:
-        """Forget decoded values; the next event of each session re-reads its table."""
+        """Forget decoded values; the next event of each session re-reads its table.
+
+        Raises ``RuntimeError`` if anything is dirty: dropping it would lose state
+        whose offsets may already be committed.
+        """
+        if self.dirty:
+            raise RuntimeError(
+                f"drop_caches with {self.dirty} unflushed value(s): flush (collect) first"
+            )
         self._sessions.clear()
         self._budgets.clear()
         self._minutes.clear()
         self._engines.clear()
+        self._lineage.clear()
+        self._partition.clear()
+
+    def sessions_in_memory(self) -> tuple[str, ...]:
+        return tuple(self._sessions)
+
+    def counters(self, session_id: str) -> SessionCounters | None:
+        """The in-memory (possibly not yet flushed) counters of a session, if cached."""
+        return self._sessions.get(session_id)
 
     @staticmethod
     def _load(
@@ -115,10 +192,10 @@ class EventProcessor:
             cache[key] = value
         return value
 
-    def _engine(self, sid: str) -> tuple[SessionEngine, bytes | None]:
+    def _engine(self, sid: str) -> SessionEngine:
         assert self.engines is not None
-        cached = self._engines.get(sid)
-        if cached is None:
+        engine = self._engines.get(sid)
+        if engine is None:
             raw = self.engines.get(sid.encode())
             if raw is None:
                 engine = SessionEngine.create(sid, self.engine_config)
@@ -129,32 +206,34 @@ class EventProcessor:
 
                     cfg = self.engine_config = EngineConfig()
                 engine = SessionEngine.build(cfg, decode_state(raw))
-            cached = (engine, raw)
-            self._engines[sid] = cached
-        return cached
+            self._engines[sid] = engine
+        return engine
 
     def engine_state(self, session_id: str) -> SessionState:
         """The session's engine state right now (e.g. for a snapshot record)."""
-        return self._engine(session_id)[0].snapshot()
+        return self._engine(session_id).snapshot()
 
-    def _run_engine(self, event: TraceEvent) -> EngineOutput | None:
-        if self.engines is None:
-            return None
-        sid = event.session_id
-        engine, last = self._engine(sid)
-        out = engine.on_event(event)  # may raise InvalidEventError: nothing changed yet
-        if out.applied:
-            data = encode_state(engine.snapshot())
-            self.engines[sid.encode()] = data
-            self._engines[sid] = (engine, data)
-        elif last is not None:
-            self.engines[sid.encode()] = last  # redelivery: see the session case below
-        return out
+    def current_assessment(self, session_id: str) -> CurrentAssessment | None:
+        """The session engine's current assessment (e.g. after a ``restore``)."""
+        return self._engine(session_id).current
 
-    def apply(self, event: TraceEvent) -> ApplyResult:
+    # ------------------------------------------------------------------- apply
+
+    def apply(self, event: TraceEvent, partition: int | None = None) -> ApplyResult:
+        """Apply ``event`` (from ``partition`` of the source topic) in memory."""
         sid = event.session_id
-        tkey = sid.encode()
-        engine_out = self._run_engine(event)
+        engine_out: EngineOutput | None = None
+        if self.engines is not None:
+            # may raise InvalidEventError: nothing changed yet
+            engine_out = self._engine(sid).on_event(event)
+            self._dirty_engines.add(sid)  # applied, or a redelivery (see the invariants)
+        self._partition[sid] = partition
+        if (
+            event.parent_session_id is not None
+            or event.agent_id is not None
+            or (sid not in self._lineage)
+        ):
+            self._lineage[sid] = Lineage(sid, event.parent_session_id, event.agent_id)
         session = self._load(
             self._sessions,
             self.sessions,
@@ -167,15 +246,11 @@ class EventProcessor:
             new_session = new_session.with_patterns(
                 tuple(str(d.pattern.pattern_type) for d in engine_out.patterns)
             )
+        self._dirty_sessions.add(sid)
         if new_session is not None:
-            self.sessions[tkey] = new_session.encode()
             self._sessions[sid] = new_session
             self.applied += 1
         else:
-            # Redelivered (its offset was never committed).  The local store may hold
-            # this event's effect while its changelog write was lost with the crashed
-            # process: re-write the current value so the changelog has it again.
-            self.sessions[tkey] = session.encode()
             self.duplicates += 1
 
         budget_written = False
@@ -189,32 +264,34 @@ class EventProcessor:
             )
             new_budget = budget.apply(event)
             if new_budget is not None:
-                self.budgets[tkey] = new_budget.encode()
                 self._budgets[sid] = new_budget
+                self._dirty_budgets.add(sid)
                 budget_written = True
             elif event.seq <= budget.last_seq:
-                self.budgets[tkey] = budget.encode()  # redelivery: see the session case
+                self._dirty_budgets.add(sid)  # redelivery: see the invariants
                 budget_written = True
 
         minute_written = False
         if MinuteCounts.counts(event):
-            key = minute_key(sid, event.timestamp_ms).encode()
+            mkey = minute_key(sid, event.timestamp_ms)
             start = minute_start(event.timestamp_ms)
             cached = self._minutes.get(sid)
             if cached is None or cached.minute_start_ms != start:
-                raw = self.minutes.get(key)
-                cached = (
-                    MinuteCounts(session_id=sid, minute_start_ms=start)
-                    if raw is None
-                    else MinuteCounts.decode(raw)
-                )
+                pending = self._dirty_minutes.get(mkey)
+                if pending is not None:
+                    cached = pending[1]
+                else:
+                    raw = self.minutes.get(mkey.encode())
+                    cached = (
+                        MinuteCounts(session_id=sid, minute_start_ms=start)
+                        if raw is None
+                        else MinuteCounts.decode(raw)
+                    )
             new_minute = cached.apply(event)
-            self._minutes[sid] = new_minute or cached
-            if new_minute is not None:
-                self.minutes[key] = new_minute.encode()
-                minute_written = True
-            elif event.seq <= cached.last_seq:
-                self.minutes[key] = cached.encode()  # redelivery: see the session case
+            value = new_minute or cached
+            self._minutes[sid] = value
+            if new_minute is not None or event.seq <= cached.last_seq:
+                self._dirty_minutes[mkey] = (sid, value)
                 minute_written = True
 
         return ApplyResult(
@@ -225,5 +302,86 @@ class EventProcessor:
             engine=engine_out,
         )
 
+    # ------------------------------------------------------------------- timer
 
-__all__ = ["ApplyResult", "BytesTable", "EventProcessor"]
+    def on_timer(self, now_ms: int) -> list[TimerAssessment]:
+        """Run ``SessionEngine.on_timer(now_ms)`` for every session in memory.
+
+        Sessions that ended (``session_end`` applied) are skipped.  Each session
+        that produced an assessment becomes dirty (its engine state changed).
+        """
+        if self.engines is None:
+            return []
+        out: list[TimerAssessment] = []
+        for sid, engine in self._engines.items():
+            counters = self._sessions.get(sid)
+            if counters is not None and counters.ended:
+                continue
+            current = engine.on_timer(now_ms)
+            if current is None:
+                continue
+            self._dirty_engines.add(sid)
+            if current.assessments:
+                out.append(TimerAssessment(self._lineage.get(sid, Lineage(sid)), current))
+        return out
+
+    # ------------------------------------------------------------------- flush
+
+    def collect(self) -> list[TableWrite]:
+        """Encode every dirty value (once) and clear the dirty sets."""
+        part = self._partition.get
+        writes: list[TableWrite] = []
+        for sid in self._dirty_sessions:
+            s = self._sessions.get(sid)
+            if s is not None:
+                writes.append(TableWrite("sessions", part(sid), sid.encode(), s.encode()))
+        for sid in self._dirty_budgets:
+            b = self._budgets.get(sid)
+            if b is not None:
+                writes.append(TableWrite("budgets", part(sid), sid.encode(), b.encode()))
+        for mkey, (sid, m) in self._dirty_minutes.items():
+            writes.append(TableWrite("minutes", part(sid), mkey.encode(), m.encode()))
+        for sid in self._dirty_engines:
+            e = self._engines.get(sid)
+            if e is not None:
+                data = encode_state(e.snapshot())
+                writes.append(TableWrite("engines", part(sid), sid.encode(), data))
+        self._dirty_sessions.clear()
+        self._dirty_budgets.clear()
+        self._dirty_minutes.clear()
+        self._dirty_engines.clear()
+        self.flushed_values += len(writes)
+        return writes
+
+    def flush(self) -> int:
+        """Collect and write into the tables given to the constructor (dict tables,
+        unit tests, offline use); the Faust worker writes partition-explicitly instead."""
+        writes = self.collect()
+        write_all(writes, self._tables())
+        return len(writes)
+
+    def _tables(self) -> dict[TableName, BytesTable]:
+        tables: dict[TableName, BytesTable] = {
+            "sessions": self.sessions,
+            "budgets": self.budgets,
+            "minutes": self.minutes,
+        }
+        if self.engines is not None:
+            tables["engines"] = self.engines
+        return tables
+
+
+def write_all(writes: Iterable[TableWrite], tables: dict[TableName, BytesTable]) -> None:
+    for w in writes:
+        tables[w.table][w.key] = w.value
+
+
+__all__ = [
+    "ApplyResult",
+    "BytesTable",
+    "EventProcessor",
+    "Lineage",
+    "TableWrite",
+    "TimerAssessment",
+    "write_all",
+]

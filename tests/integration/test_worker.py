@@ -212,7 +212,15 @@ def produce(
     from streams.serde import EventSerde
 
     serde = EventSerde()
-    p = Producer({"bootstrap.servers": settings.bootstrap, "enable.idempotence": True})
+    # murmur2 like the router and Faust: the HTTP views route a session id to the
+    # worker owning its murmur2 partition (confluent's default would be CRC32)
+    p = Producer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "enable.idempotence": True,
+            "partitioner": "murmur2_random",
+        }
+    )
     for ev in events:
         p.produce(settings.events_topic, key=ev.session_id.encode(), value=serde.encode(ev))
     for key, value in extra:

@@ -106,6 +106,8 @@ def test_processor_applies_once_and_writes_all_tables() -> None:
     for e in events + events[1:3]:
         p.apply(e)
     assert p.applied == 5 and p.duplicates == 2
+    assert (s, b, m) == ({}, {}, {})  # write-behind: nothing is written before a flush
+    assert p.flush() == 4  # session, budget, two minutes: each once
     state = SessionCounters.decode(s[b"s1"])
     assert (state.events, state.tool_calls, state.errors, state.last_seq) == (5, 2, 1, 70)
     assert BudgetState.decode(b[b"s1"]).tokens_used == 25
@@ -118,6 +120,9 @@ def test_processor_applies_once_and_writes_all_tables() -> None:
 def test_processor_reads_table_after_cache_drop() -> None:
     s, _b, _m, p = tables()
     p.apply(ev(0))
+    with pytest.raises(RuntimeError, match="unflushed"):
+        p.drop_caches()
+    p.flush()
     # another owner advanced the table (e.g. recovered from the changelog after a rebalance)
     newer = SessionCounters.decode(s[b"s1"]).apply(ev(1))
     assert newer is not None
@@ -138,8 +143,11 @@ def test_redelivery_rewrites_current_value() -> None:
     s = Recording()
     p = EventProcessor(s, {}, {})
     p.apply(ev(0))
+    p.flush()
     before = s[b"s1"]
-    p.apply(ev(0))
+    assert p.flush() == 0  # nothing dirty: nothing written
+    p.apply(ev(0))  # a redelivery marks the value dirty again
+    p.flush()
     assert Recording.writes == 2 and s[b"s1"] == before
 
 
@@ -151,6 +159,9 @@ def test_any_redelivery_pattern_equals_unique_application(seqs: list[int]) -> No
     s, _b, _m, p = tables()
     for q in delivered:
         p.apply(ev(q, "tool_call" if q % 2 else "model_step", input_tokens=q))
+        if q % 3 == 0:
+            p.flush()
+    p.flush()
     unique = sorted(set(seqs))
     state = SessionCounters.decode(s[b"s1"])
     assert state.events == len(unique)
@@ -186,6 +197,7 @@ def test_engine_table_counts_fired_patterns_once() -> None:
     events = _looping_events(8)
     for x in events + events[:6]:
         p.apply(x)
+    p.flush()
     state = SessionCounters.decode(s[b"s1"])
     assert state.events == 16 and p.duplicates == 6
     assert state.patterns_fired.get("doom_loop", 0) >= 1
@@ -198,6 +210,7 @@ def test_engine_table_counts_fired_patterns_once() -> None:
         ev(16, "tool_call", call_id="c9", tool_name="run_tests", input={"cmd": "pytest"})
     )
     assert out.applied and out.engine is not None and out.engine.applied
+    p2.flush()
     assert SessionCounters.decode(s[b"s1"]).events == 17
     assert SessionCounters.decode(s[b"s1"]).patterns_fired.keys() >= before.keys()
 
@@ -208,8 +221,11 @@ def test_engine_rejection_changes_no_table() -> None:
     e: dict[bytes, bytes] = {}
     p = EventProcessor(s, b, {}, e)
     p.apply(ev(0, "tool_call", call_id="a", tool_name="read"))
+    p.flush()
     snapshot = (dict(s), dict(b), dict(e))
     with pytest.raises(InvalidEventError, match="budget"):
         p.apply(ev(1, "budget"))  # a budget event without a budget
+    assert p.dirty == 0
+    p.flush()
     assert (s, b, e) == snapshot
     assert p.apply(ev(1, "tool_call", call_id="b", tool_name="read")).applied

@@ -1,0 +1,292 @@
+"""Worker throughput: max sustained events/s of ONE Faust worker (a script, no assertions).
+
+1. Builds N simulator-shaped events (``streams.sim`` fleet: healthy, looping,
+   stalled and budget-burning sessions, S at a time) with synthetic event times,
+   encodes them with ``streams.serde.EventSerde`` and produces them into
+   ``<prefix>.events`` with a plain confluent producer and the ``murmur2_random``
+   partitioner (keys land where Faust/aiokafka would put them);
+2. starts ``python -m streams.commands.worker`` (RocksDB store, fresh data dir) on
+   that backlog, with all default detectors or ``--no-engine``;
+3. polls the worker's ``/stats`` view and prints events/s from the first applied
+   event to the last (so group join and table recovery are excluded), plus the
+   worker's CPU seconds over that span.
+
+``--profile`` runs the worker under cProfile and prints the top functions.
+
+Example::
+
+    KAFKA_BOOTSTRAP=127.0.0.1:9092 python tests/bench/bench_worker.py \\
+        --events 100000 --sessions 1000 --mode engine --mode no-engine
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pstats
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from streams.core.events import Budget, TraceEvent  # noqa: E402
+from streams.settings import Settings  # noqa: E402
+from streams.sim.driver import drive  # noqa: E402
+from streams.sim.fleet import FleetConfig  # noqa: E402
+
+T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
+STEP_MS = 2_000  # event time between two events of one session
+
+
+class _Session:
+    """A ``SessionLike`` that appends TraceEvents (seq and event time per session)."""
+
+    def __init__(self, out: list[TraceEvent], sid: str, agent_id: str | None) -> None:
+        self.out = out
+        self.sid = sid
+        self.agent_id = agent_id
+        self.seq = 0
+        self.calls = 0
+        self.t = T0
+
+    def _add(self, type_: str, **kw: Any) -> None:
+        self.out.append(
+            TraceEvent(type_, self.sid, self.seq, self.t, agent_id=self.agent_id, **kw)  # type: ignore[arg-type]
+        )
+        self.seq += 1
+        self.t += STEP_MS
+
+    def start(self) -> None:
+        self._add("session_start")
+
+    def end(self) -> None:
+        self._add("session_end")
+
+    def tool_call(self, name: str, input: Any = None) -> str:
+        self.calls += 1
+        call_id = f"c{self.calls}"
+        self._add("tool_call", call_id=call_id, tool_name=name, input=input)
+        return call_id
+
+    def tool_result(
+        self,
+        call_id: str,
+        output: Any = None,
+        is_error: bool = False,
+        error: str | None = None,
+        latency_ms: int | None = None,
+    ) -> None:
+        self._add(
+            "tool_result",
+            call_id=call_id,
+            output=output,
+            is_error=is_error,
+            error_message=error,
+            latency_ms=latency_ms,
+        )
+
+    def model_step(
+        self,
+        text: str | None = None,
+        *,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+        latency_ms: int | None = None,
+    ) -> None:
+        self._add(
+            "model_step",
+            text=text,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            latency_ms=latency_ms,
+        )
+
+    def budget(self, *, max_tokens: int | None = None, tokens_used: int | None = None) -> None:
+        self._add("budget", budget=Budget(max_tokens=max_tokens, tokens_used=tokens_used))
+
+
+class _Collector:
+    def __init__(self) -> None:
+        self.events: list[TraceEvent] = []
+
+    def session(self, session_id: str, **kwargs: Any) -> _Session:
+        return _Session(self.events, session_id, kwargs.get("agent_id"))
+
+
+def sim_events(n: int, sessions: int, seed: int = 0, prefix: str = "sim") -> list[TraceEvent]:
+    """About ``n`` events of a simulated fleet with ``sessions`` sessions open at a time."""
+    col = _Collector()
+    rate = 1e9
+    drive(
+        col,
+        FleetConfig(sessions=sessions, seed=seed, id_prefix=prefix),
+        rate=rate,
+        duration_s=n / rate,
+        sleep=lambda s: None,
+    )
+    return col.events
+
+
+def produce(settings: Settings, events: list[TraceEvent]) -> float:
+    from confluent_kafka import Producer
+
+    from streams.serde import EventSerde
+
+    serde = EventSerde()
+    p = Producer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "partitioner": "murmur2_random",
+            "linger.ms": 20,
+            "enable.idempotence": True,
+        }
+    )
+    t0 = time.perf_counter()
+    for ev in events:
+        while True:
+            try:
+                p.produce(settings.events_topic, key=ev.session_id.encode(), value=serde.encode(ev))
+                break
+            except BufferError:
+                p.poll(0.1)
+    assert p.flush(60) == 0
+    return time.perf_counter() - t0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _stats(port: int) -> dict[str, Any] | None:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2) as r:
+            data: dict[str, Any] = json.loads(r.read())
+            return data
+    except OSError:
+        return None
+
+
+def run_worker(
+    settings: Settings, n: int, mode: str, profile: Path | None, timeout_s: float
+) -> dict[str, Any]:
+    port = _free_port()
+    data_dir = Path(tempfile.mkdtemp(prefix="bench-worker-"))
+    cmd = [sys.executable]
+    if profile is not None:
+        cmd += ["-m", "cProfile", "-o", str(profile)]
+    cmd += [
+        "-m",
+        "streams.commands.worker",
+        "--bootstrap",
+        settings.bootstrap,
+        "--prefix",
+        settings.prefix,
+        "--data-dir",
+        str(data_dir),
+        "--web-port",
+        str(port),
+        "--worker-id",
+        f"bench-{mode}",
+    ]
+    if mode == "no-engine":
+        cmd.append("--no-engine")
+    log = (data_dir / "worker.log").open("wb")
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=log
+    )
+    first: tuple[float, float, int] | None = None
+    last: tuple[float, float, int] = (0.0, 0.0, 0)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"worker exited {proc.returncode}; see {data_dir}/worker.log")
+            st = _stats(port)
+            if st is not None:
+                done = int(st["applied"]) + int(st["duplicates"])
+                now, cpu = time.monotonic(), _cpu_s(proc.pid)
+                if done and first is None:
+                    first = (now, cpu, done)
+                last = (now, cpu, done)
+                if done >= n:
+                    break
+            time.sleep(0.1)
+        else:
+            raise RuntimeError(f"timed out at {last[2]}/{n} events; see {data_dir}/worker.log")
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        log.close()
+    assert first is not None
+    span = last[0] - first[0]
+    counted = last[2] - first[2]
+    return {
+        "mode": mode,
+        "events": n,
+        "timed_events": counted,
+        "wall_s": round(span, 2),
+        "events_per_s": round(counted / span) if span > 0 else None,
+        "worker_cpu_s": round(last[1] - first[1], 2),
+        "log": str(data_dir / "worker.log"),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--events", type=int, default=100_000)
+    ap.add_argument("--sessions", type=int, default=1_000, help="sessions open at a time")
+    ap.add_argument("--partitions", type=int, default=3)
+    ap.add_argument(
+        "--mode", action="append", choices=("engine", "no-engine"), help="default: both"
+    )
+    ap.add_argument("--profile", action="store_true", help="cProfile the worker, print the top")
+    ap.add_argument("--timeout", type=float, default=600.0)
+    args = ap.parse_args()
+
+    from streams.app.topics import ensure_topics
+
+    prefix = f"benchw-{uuid.uuid4().hex[:8]}"
+    settings = Settings().with_(prefix=prefix).with_(events_partitions=args.partitions)
+    ensure_topics(settings)
+    t0 = time.perf_counter()
+    events = sim_events(args.events, args.sessions)
+    gen_s = time.perf_counter() - t0
+    prod_s = produce(settings, events)
+    n = len(events)
+    print(
+        f"prefix {prefix}: {n} events, {len({e.session_id for e in events})} sessions, "
+        f"{args.partitions} partitions (generated {gen_s:.1f}s, produced {prod_s:.1f}s)",
+        flush=True,
+    )
+    for mode in args.mode or ["engine", "no-engine"]:
+        prof = Path(tempfile.mkdtemp()) / f"worker-{mode}.prof" if args.profile else None
+        res = run_worker(settings, n, mode, prof, args.timeout)
+        print(json.dumps(res), flush=True)
+        if prof is not None and prof.exists():
+            pstats.Stats(str(prof)).sort_stats("cumulative").print_stats(35)
+            pstats.Stats(str(prof)).sort_stats("tottime").print_stats(25)
+
+
+if __name__ == "__main__":
+    main()

@@ -64,6 +64,19 @@ from streams.sim.scenarios import SimAction, session_script  # noqa: E402
 KINDS = ("looping", "stalled", "budget_burner")
 
 
+def delete_prefix_topics(bootstrap: str, prefix: str) -> None:
+    """Delete this run's topics (its prefix is unique): thousands of leftover session
+    topics slow a shared dev broker down for everyone."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    mine = [t for t in admin.list_topics(timeout=20).topics if t.startswith(f"{prefix}")]
+    mine = [t for t in mine if t.startswith((f"{prefix}.", f"{prefix}-"))]
+    for fut in admin.delete_topics(mine, operation_timeout=60).values():
+        fut.result(timeout=120)
+    print(f"deleted {len(mine)} topics of prefix {prefix}", flush=True)
+
+
 def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
     fh = log.open("wb")
     return subprocess.Popen(
@@ -89,6 +102,41 @@ def stop(proc: subprocess.Popen[bytes]) -> None:
 def get_json(url: str) -> Any:
     with urllib.request.urlopen(url, timeout=5) as resp:
         return json.loads(resp.read())
+
+
+def worker_metrics(base: str) -> dict[str, float]:
+    """Samples of the worker's histograms: processing sum/count and event-time lag buckets."""
+    with urllib.request.urlopen(f"{base}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith(
+            (
+                "trajectory_worker_event_processing_seconds_sum ",
+                "trajectory_worker_event_processing_seconds_count ",
+                "trajectory_worker_event_time_lag_seconds_bucket{",
+            )
+        ):
+            name, value = line.rsplit(" ", 1)
+            out[name] = float(value)
+    return out
+
+
+def lag_quantile(before: dict[str, float], after: dict[str, float], q: float) -> str:
+    """Upper bucket bound (ms) under which ``q`` of the phase's events were processed:
+    publish -> applied by the worker (its event-time lag histogram)."""
+    prefix = 'trajectory_worker_event_time_lag_seconds_bucket{le="'
+    rows = []
+    for name, v in after.items():
+        if name.startswith(prefix):
+            le = name[len(prefix) : -2]
+            rows.append((float(le), v - before.get(name, 0.0)))
+    rows.sort()
+    total = rows[-1][1] if rows else 0.0
+    for le, cum in rows:
+        if total and cum >= q * total:
+            return "inf" if le == float("inf") else f"{le * 1000:.0f}"
+    return "n/a"
 
 
 def applied(base: str) -> int:
@@ -200,6 +248,9 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=6, help="<prefix>.events partitions")
     ap.add_argument("--drain-timeout", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--keep-topics", action="store_true", help="do not delete this run's topics at the end"
+    )
     args = ap.parse_args()
     rates = args.rate or [1000.0, 5000.0]
     batches = args.batch_ms or [100]
@@ -208,7 +259,11 @@ def main() -> int:
     host, port = parse_bootstrap(bootstrap)
     broker = None
     if not kafka_ready(host, port):
-        broker = LocalBroker(port=port)
+        broker = LocalBroker(
+            Path(tempfile.mkdtemp(prefix="bench-latency-broker-")),
+            port=port,
+            controller_port=free_port(),
+        )
         print(f"starting a local broker on {bootstrap}", flush=True)
         broker.start()
     prefix = "lat" + uuid.uuid4().hex[:10]
@@ -298,12 +353,31 @@ def main() -> int:
                         time.sleep(1.0)
                         start_ms = time.time_ns() // 1_000_000
                         before = applied(base)
+                        m_before = worker_metrics(base)
+                        cpu_before = os.times()
                         n, secs = run_phase(agents, rate, args.duration, rng)
                         published += n
-                        publisher.flush()
-                        applied_at_end = applied(base)
+                        t_flush = time.monotonic()
+                        publisher.flush(args.drain_timeout)
+                        flush_s = time.monotonic() - t_flush
+                        applied_at_end = applied(base)  # includes the flush time
+                        secs_applied = time.monotonic() - t_flush + secs
                         drain = wait_applied(base, published, args.drain_timeout, worker)
                         time.sleep(1.0)  # last assessments reach the subscriber
+                        m_after = worker_metrics(base)
+                        psum = "trajectory_worker_event_processing_seconds_sum"
+                        pcount = "trajectory_worker_event_processing_seconds_count"
+                        per_event_ms = (
+                            1000.0
+                            * (m_after[psum] - m_before[psum])
+                            / max(1.0, m_after[pcount] - m_before[pcount])
+                        )
+                        worker_lag = (
+                            lag_quantile(m_before, m_after, 0.5),
+                            lag_quantile(m_before, m_after, 0.99),
+                        )
+                        cpu = os.times()
+                        bench_cpu = (cpu.user - cpu_before.user) + (cpu.system - cpu_before.system)
                         with received.lock:
                             lats = [r - t for r, t, _ in received.rows if t >= start_ms]
                             received.rows = [x for x in received.rows if x[1] < start_ms]
@@ -313,8 +387,12 @@ def main() -> int:
                                 "rate": rate,
                                 "published": n,
                                 "publish_rate": n / secs,
-                                "applied_rate": (applied_at_end - before) / secs,
+                                "applied_rate": (applied_at_end - before) / secs_applied,
                                 "drain_s": drain,
+                                "flush_s": flush_s,
+                                "per_event_ms": per_event_ms,
+                                "worker_lag": worker_lag,
+                                "publisher_cpu_s": bench_cpu,
                                 "assessments": len(lats),
                                 "p50": pct(lats, 0.50),
                                 "p95": pct(lats, 0.95),
@@ -325,11 +403,15 @@ def main() -> int:
                         r = results[-1]
                         print(
                             f"batch-ms {batch_ms:>4} rate {rate:>6.0f}/s: published {n} "
-                            f"({r['publish_rate']:.0f}/s), worker applied "
+                            f"({r['publish_rate']:.0f}/s; SDK flush took {flush_s:.1f}s), "
+                            f"worker applied "
                             f"{r['applied_rate']:.0f}/s during the phase, drained "
                             f"{drain:.1f}s after; {len(lats)} assessments, latency ms "
                             f"p50 {r['p50']:.0f} p95 {r['p95']:.0f} p99 {r['p99']:.0f} "
-                            f"max {r['max']:.0f}",
+                            f"max {r['max']:.0f}; worker {per_event_ms:.2f} ms/event in the agent "
+                            f"(<= {1000 / per_event_ms:.0f} events/s on one core); this bench "
+                            f"process (SDK + subscriber) used {bench_cpu:.1f} CPU s; publish -> "
+                            f"worker applied: p50 <= {worker_lag[0]} ms, p99 <= {worker_lag[1]} ms",
                             flush=True,
                         )
                 finally:
@@ -356,6 +438,8 @@ def main() -> int:
             stop(p)
         if broker is not None:
             broker.stop()
+        elif not args.keep_topics:
+            delete_prefix_topics(bootstrap, prefix)
     return 0
 
 

@@ -122,6 +122,28 @@ def worker_metrics(base: str) -> dict[str, float]:
     return out
 
 
+def router_txn(port: int) -> tuple[float, float, float]:
+    """(transaction seconds sum, commit seconds sum, transactions) of the router."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        text = resp.read().decode()
+    vals = {}
+    for line in text.splitlines():
+        if line.startswith(
+            (
+                "trajectory_router_transaction_seconds_sum ",
+                "trajectory_router_commit_seconds_sum ",
+                "trajectory_router_transactions_total ",
+            )
+        ):
+            name, value = line.split(" ", 1)
+            vals[name] = float(value)
+    return (
+        vals["trajectory_router_transaction_seconds_sum"],
+        vals["trajectory_router_commit_seconds_sum"],
+        vals["trajectory_router_transactions_total"],
+    )
+
+
 def lag_quantile(before: dict[str, float], after: dict[str, float], q: float) -> str:
     """Upper bucket bound (ms) under which ``q`` of the phase's events were processed:
     publish -> applied by the worker (its event-time lag histogram)."""
@@ -300,9 +322,12 @@ def main() -> int:
             results = []
             published = 0
             for batch_ms in batches:
+                router_metrics_port = free_port()
                 router = spawn(
                     [
                         "streams.commands.router",
+                        "--metrics-port",
+                        str(router_metrics_port),
                         *common,
                         "--partitions",
                         str(args.partitions),
@@ -354,6 +379,7 @@ def main() -> int:
                         start_ms = time.time_ns() // 1_000_000
                         before = applied(base)
                         m_before = worker_metrics(base)
+                        r_before = router_txn(router_metrics_port)
                         cpu_before = os.times()
                         n, secs = run_phase(agents, rate, args.duration, rng)
                         published += n
@@ -375,6 +401,13 @@ def main() -> int:
                         worker_lag = (
                             lag_quantile(m_before, m_after, 0.5),
                             lag_quantile(m_before, m_after, 0.99),
+                        )
+                        r_after = router_txn(router_metrics_port)
+                        txns = max(1.0, r_after[2] - r_before[2])
+                        router_ms = (
+                            1000 * (r_after[0] - r_before[0]) / txns,
+                            1000 * (r_after[1] - r_before[1]) / txns,
+                            r_after[2] - r_before[2],
                         )
                         cpu = os.times()
                         bench_cpu = (cpu.user - cpu_before.user) + (cpu.system - cpu_before.system)
@@ -411,7 +444,11 @@ def main() -> int:
                             f"max {r['max']:.0f}; worker {per_event_ms:.2f} ms/event in the agent "
                             f"(<= {1000 / per_event_ms:.0f} events/s on one core); this bench "
                             f"process (SDK + subscriber) used {bench_cpu:.1f} CPU s; publish -> "
-                            f"worker applied: p50 <= {worker_lag[0]} ms, p99 <= {worker_lag[1]} ms",
+                            f"worker applied: p50 <= {worker_lag[0]} ms, p99 <= {worker_lag[1]} "
+                            "ms; "
+                            f"router: {router_ms[2]:.0f} transactions, mean "
+                            f"{router_ms[0]:.0f} ms open-to-committed of which {router_ms[1]:.0f} "
+                            "ms commit",
                             flush=True,
                         )
                 finally:

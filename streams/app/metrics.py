@@ -13,7 +13,9 @@ valid input and cost a few microseconds):
 * :meth:`WorkerMetrics.on_outputs` with the core engine's
   :class:`~streams.core.engine.EngineOutput`: counts fired patterns by type and
   new assessments by (top) severity; a duplicate (``applied`` False) counts nothing;
-* :meth:`WorkerMetrics.on_dlq` when a message is dead-lettered, by error class.
+* :meth:`WorkerMetrics.on_dlq` when a message is dead-lettered, by error class;
+* :meth:`WorkerMetrics.on_assessment` for an assessment made outside an event
+  (timer-triggered), which has no EngineOutput.
 
 The events-topic consumer lag (high watermark - next offset to process, per
 partition) is sampled when ``/metrics`` is scraped (:meth:`sample_lag`), so it
@@ -33,6 +35,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
 if TYPE_CHECKING:
+    from streams.core.assessment import CurrentAssessment
     from streams.core.engine import EngineOutput
 
 #: Per-event processing time buckets (seconds): the worker does ~0.5-2 ms per event.
@@ -127,9 +130,13 @@ class WorkerMetrics:
             return
         for det in output.patterns:
             self.detections.labels(det.pattern.pattern_type).inc()
-        current = output.assessment
+        if output.assessment is not None:
+            self.on_assessment(output.assessment)
+
+    def on_assessment(self, current: CurrentAssessment) -> None:
+        """Count one new assessment; also the hook for timer-made ones (no EngineOutput)."""
         # Same rule as streams.app.outputs: only an assessment with observer output is published.
-        if current is not None and current.assessments:
+        if current.assessments:
             self.assessments.labels(current.severity).inc()
 
     def on_dlq(self, reason_class: str) -> None:
@@ -155,12 +162,12 @@ class WorkerMetrics:
 def faust_events_lag(app: object, events_topic: str) -> dict[int, int]:
     """Per-partition lag of ``events_topic`` as this worker's Faust consumer sees it.
 
-    High watermark (last fetch response) minus the next offset to process
-    (``Consumer._read_offset``, the offset the stream last handed to the agent,
-    + 1; a partition nothing was read from yet counts from its committed
-    position, unknown -> the whole high watermark is not claimed, lag 0 is not
-    invented either: such partitions are skipped).  ``_read_offset`` is Faust
-    internal (faust-streaming 0.15.3, ``faust/transport/consumer.py``).
+    High watermark (from the last fetch response) minus the next offset to
+    process (``Consumer._read_offset``, the offset the stream last handed to the
+    agent, + 1).  A partition nothing was read from yet is skipped: its lag is
+    unknown, and neither 0 nor the whole high watermark would be true.
+    ``_read_offset`` is Faust internal (faust-streaming 0.15.3,
+    ``faust/transport/consumer.py``).
     """
     consumer = app.consumer  # type: ignore[attr-defined]
     read = consumer._read_offset

@@ -51,7 +51,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-from aiokafka.partitioner import murmur2
+from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
 from faust.web import Request, Response, View
 from yarl import URL
 
@@ -68,6 +68,8 @@ log = logging.getLogger(__name__)
 FORWARDED_HEADER: Final = "X-Trajectory-Forwarded"
 MARKDOWN_TYPE: Final = "text/markdown; charset=utf-8"
 MAX_GLOB_CHARS: Final = 200
+#: A forwarded request fails (502) after this long: the owner is down or stuck.
+FORWARD_TIMEOUT_S: Final = 10.0
 
 
 class BadRequest(ValueError):
@@ -254,7 +256,8 @@ def key_partition(session_id: str, partitions: int) -> int:
     ``murmur2_random`` (the router's partitioner) compute it for a non-empty key."""
     if partitions < 1:
         raise ValueError(f"partitions: {partitions}; need at least 1")
-    return (murmur2(session_id.encode("utf-8")) & 0x7FFFFFFF) % partitions
+    h: int = murmur2(session_id.encode("utf-8"))
+    return (h & 0x7FFFFFFF) % partitions
 
 
 def owner_url(metadata: Mapping[str, Mapping[str, Any]], topic: str, partition: int) -> str | None:
@@ -382,7 +385,10 @@ def register_views(
         headers[FORWARDED_HEADER] = str(app.conf.canonical_url)
         try:
             async with app.http_client.request(
-                method=request.method, headers=headers, url=url
+                method=request.method,
+                headers=headers,
+                url=url,
+                timeout=aiohttp.ClientTimeout(total=FORWARD_TIMEOUT_S),
             ) as resp:
                 body = await resp.read()
                 ctype = resp.headers.get("Content-Type", "application/octet-stream")

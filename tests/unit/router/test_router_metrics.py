@@ -1,7 +1,7 @@
 """Router metrics (streams.router.metrics) and the router's producer partitioner.
 
 Fakes only stand in for librdkafka objects here (pure unit tests); the router's
-metrics endpoint against a real broker is tests/integration/test_metrics.py.
+metrics endpoint against a real broker is tests/integration/test_metrics_router_endpoint.py.
 """
 
 from __future__ import annotations

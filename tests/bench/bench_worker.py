@@ -266,20 +266,22 @@ def main() -> None:
 
     from streams.app.topics import ensure_topics
 
-    prefix = f"benchw-{uuid.uuid4().hex[:8]}"
-    settings = Settings().with_(prefix=prefix).with_(events_partitions=args.partitions)
-    ensure_topics(settings)
     t0 = time.perf_counter()
     events = sim_events(args.events, args.sessions)
     gen_s = time.perf_counter() - t0
-    prod_s = produce(settings, events)
     n = len(events)
-    print(
-        f"prefix {prefix}: {n} events, {len({e.session_id for e in events})} sessions, "
-        f"{args.partitions} partitions (generated {gen_s:.1f}s, produced {prod_s:.1f}s)",
-        flush=True,
-    )
     for mode in args.mode or ["engine", "no-engine"]:
+        # a fresh prefix (= consumer group and changelogs) per mode: a second worker in
+        # the same group would start from the first one's committed offsets
+        prefix = f"benchw-{uuid.uuid4().hex[:8]}"
+        settings = Settings().with_(prefix=prefix).with_(events_partitions=args.partitions)
+        ensure_topics(settings)
+        prod_s = produce(settings, events)
+        print(
+            f"prefix {prefix}: {n} events, {len({e.session_id for e in events})} sessions, "
+            f"{args.partitions} partitions (generated {gen_s:.1f}s, produced {prod_s:.1f}s)",
+            flush=True,
+        )
         prof = Path(tempfile.mkdtemp()) / f"worker-{mode}.prof" if args.profile else None
         res = run_worker(settings, n, mode, prof, args.timeout)
         print(json.dumps(res), flush=True)

@@ -229,3 +229,56 @@ def test_engine_rejection_changes_no_table() -> None:
     p.flush()
     assert (s, b, e) == snapshot
     assert p.apply(ev(1, "tool_call", call_id="b", tool_name="read")).applied
+
+
+def test_collect_encodes_each_dirty_value_once_as_of_the_call() -> None:
+    _s, _b, _m, p = tables()
+    for q in range(5):
+        p.apply(ev(q, "tool_call", call_id=f"c{q}", tool_name="run"), partition=2)
+    writes = p.collect()
+    assert sorted(w.table for w in writes) == ["minutes", "sessions"]
+    assert all(w.partition == 2 for w in writes)
+    assert p.dirty == 0 and p.collect() == []
+    p.apply(ev(5, "tool_call", call_id="c5", tool_name="run"))  # after the collect
+    first = {w.table: w.value for w in writes}
+    assert SessionCounters.decode(first["sessions"]).last_seq == 4  # not 5: taken at the call
+    assert p.dirty == 2
+
+
+def test_older_minute_values_survive_until_the_flush() -> None:
+    _s, _b, m, p = tables()
+    p.apply(ev(0, "tool_call", ts=T0, call_id="a", tool_name="run"))
+    p.apply(ev(1, "tool_call", ts=T0 + 61_000, call_id="b", tool_name="run"))  # next minute
+    p.apply(ev(2, "tool_call", ts=T0 + 1_000, call_id="c", tool_name="run"))  # back to the first
+    p.flush()
+    assert MinuteCounts.decode(m[minute_key("s1", T0).encode()]).tool_calls == 2
+    assert MinuteCounts.decode(m[minute_key("s1", T0 + 61_000).encode()]).tool_calls == 1
+
+
+def test_timer_assesses_a_quiet_session_once_past_its_deadline() -> None:
+    s: dict[bytes, bytes] = {}
+    e: dict[bytes, bytes] = {}
+    p = EventProcessor(s, {}, {}, e)
+    p.apply(ev(0, "session_start", agent_id="ag"))
+    p.apply(ev(1, "budget", budget=Budget(deadline_ms=T0 + 10_000, max_tokens=1000)))
+    p.apply(ev(2, "tool_call", call_id="a", tool_name="read"))
+    p.flush()
+    assert p.on_timer(T0 + 5_000) == []  # before the deadline: nothing, nothing dirty
+    assert p.dirty == 0
+    made = p.on_timer(T0 + 11_000)
+    assert len(made) == 1 and made[0].assessment.trigger == "timer"
+    assert made[0].lineage.agent_id == "ag"
+    assert p.dirty == 1  # the engine state changed: flushed with the next commit
+    assert p.on_timer(T0 + 12_000) == []  # a deadline is reported once
+    p.flush()
+    # a processor restarted from the tables does not report it again
+    p2 = EventProcessor(s, {}, {}, e)
+    p2.apply(ev(2, "tool_call", call_id="a", tool_name="read"))  # redelivery loads the engine
+    assert p2.on_timer(T0 + 13_000) == []
+
+
+def test_timer_skips_ended_sessions() -> None:
+    p = EventProcessor({}, {}, {}, {})
+    p.apply(ev(0, "budget", budget=Budget(deadline_ms=T0 + 1_000, max_tokens=1000)))
+    p.apply(ev(1, "session_end"))
+    assert p.on_timer(T0 + 60_000) == []

@@ -234,11 +234,11 @@ def create_app(
     worker_id: str | None = None,
     partitions: int | None = None,
     decode: Decoder | None = None,
-    commit_interval_s: float = 1.0,
+    commit_interval_s: float = 5.0,
     with_engine: bool = True,
     engine_config: EngineConfig | None = None,
     producer_linger_s: float = 0.005,
-    commit_every: int = 10_000,
+    commit_every: int = 50_000,
     timer_interval_s: float | None = 1.0,
     metrics: WorkerMetrics | None = None,
 ) -> WorkerApp:

@@ -256,3 +256,63 @@ def test_two_workers_publish_what_one_offline_engine_makes(
         b_code = b.stop()
         assert a.stop() == 0, a.log_tail()
         assert b_code == 0, b.log_tail()
+
+
+@pytest.mark.timeout(240)
+def test_budget_limits_tokens_and_pace_end_to_end(settings: Settings, tmp_path: Path) -> None:
+    """Budget events set/replace the limits, model_step tokens count, the burn rate
+    (tokens per event-time minute) feeds the resource observer's pace estimate."""
+    sid = "burn-1"
+    t0 = 1_767_225_600_000
+    events = [
+        TraceEvent("session_start", sid, 0, t0),
+        TraceEvent(
+            "budget", sid, 1, t0, budget=Budget(deadline_ms=t0 + 30 * 60_000, max_tokens=20_000)
+        ),
+    ]
+    q, t = 2, t0
+    for i in range(12):
+        t += 10_000
+        events.append(TraceEvent("model_step", sid, q, t, input_tokens=900, output_tokens=100))
+        events.append(
+            TraceEvent(
+                "tool_call",
+                sid,
+                q + 1,
+                t,
+                call_id=f"c{i}",
+                tool_name="read_file",
+                input={"path": f"f{i}"},
+            )
+        )
+        events.append(
+            TraceEvent(
+                "tool_result",
+                sid,
+                q + 2,
+                t + 500,
+                call_id=f"c{i}",
+                tool_name="read_file",
+                output="ok",
+            )
+        )
+        q += 3
+    # a later budget replaces the limits (tokens_used not reported: the count runs on)
+    events.append(TraceEvent("budget", sid, q, t + 1_000, budget=Budget(max_tokens=50_000)))
+    worker = WorkerProc(settings, tmp_path / "data")
+    try:
+        produce(settings, events)
+        worker.wait_state({sid: {"last_seq": q}}, timeout_s=120)
+        status, body = worker.get(f"/sessions/{sid}/state")
+        assert status == 200, body
+        assert body["budget"]["tokens_used"] == 12_000  # 12 model steps of 1 000 tokens
+        assert body["budget"]["max_tokens"] == 50_000 and body["budget"]["deadline_ms"] is None
+        assert body["engine"]["tokens_used"] == 12_000
+        assert body["engine"]["budget"]["max_tokens"] == 50_000
+        _, want = offline(events)
+        paced = [r for r in want.values() if "pace" in r]
+        assert paced  # the offline engine makes a pace warning for this burn rate
+        history = [a for a in live_history(settings) if a.trigger == "event"]
+        assert {(a.session_id, a.seq): a.rendered for a in history} == want
+    finally:
+        assert worker.stop() == 0, worker.log_tail()

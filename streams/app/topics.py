@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 
+from streams.admin import TopicSpec, create_topics
 from streams.core.errors import BrokerError
 from streams.settings import Settings
 
@@ -23,7 +24,7 @@ from streams.settings import Settings
 def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
     """Create the missing topics; return the partition count of ``<prefix>.events``."""
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient
 
     admin = AdminClient({"bootstrap.servers": settings.bootstrap})
     name = settings.events_topic
@@ -42,18 +43,16 @@ def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
         settings.assessments_topic: (n, compact),  # the latest assessment per session
         settings.assessment_history_topic: (n, {}),
     }
-    missing = [
-        NewTopic(t, num_partitions=parts, replication_factor=1, config=cfg)
-        for t, (parts, cfg) in wanted.items()
-        if t not in md.topics or md.topics[t].error is not None
-    ]
-    if missing:
-        for topic, future in admin.create_topics(missing).items():
-            try:
-                future.result(timeout_s)
-            except KafkaException as exc:
-                if "TOPIC_ALREADY_EXISTS" not in str(exc):
-                    raise BrokerError(f"cannot create topic {topic!r}: {exc}") from exc
+    create_topics(
+        admin,
+        [
+            TopicSpec(t, parts, cfg, replication_factor=1)
+            for t, (parts, cfg) in wanted.items()
+            if t not in md.topics or md.topics[t].error is not None
+        ],
+        bootstrap=settings.bootstrap,
+        timeout_s=timeout_s,
+    )
     if settings.snapshots_topic not in md.topics:
         from streams.snapshots import ensure_snapshots_topic
 
@@ -61,7 +60,7 @@ def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
     # Right after creation the metadata can still show the topic with 0 partitions.
     deadline = time.monotonic() + timeout_s
     while True:
-        md = admin.list_topics(topic=name, timeout=timeout_s)
+        md = admin.list_topics(timeout=timeout_s)  # never topic=...: it may auto-create
         topic = md.topics.get(name)
         if topic is not None and topic.error is None and topic.partitions:
             return len(topic.partitions)

@@ -243,7 +243,7 @@ def create_app(
     worker_id: str | None = None,
     partitions: int | None = None,
     decode: Decoder | None = None,
-    commit_interval_s: float = 5.0,
+    commit_interval_s: float = 1.0,
     with_engine: bool = True,
     engine_config: EngineConfig | None = None,
     producer_linger_s: float = 0.005,

@@ -177,6 +177,7 @@ def ensure_snapshots_topic(
     If it exists it must be compacted: a delete-policy topic would lose restore
     points to retention, so that raises :class:`ConfigError` naming the setting.
     """
+    from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
     from streams.admin import TopicSpec, create_topics
@@ -195,9 +196,20 @@ def ensure_snapshots_topic(
         return topic
     # it existed already: it must be compacted
     res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    configs = admin.describe_configs([res], request_timeout=timeout_s)[res].result(
-        timeout=timeout_s
-    )
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            configs = admin.describe_configs([res], request_timeout=timeout_s)[res].result(
+                timeout=timeout_s
+            )
+            break
+        except KafkaException as exc:
+            # another process created it a moment ago: the broker we asked may not
+            # know it yet (UNKNOWN_TOPIC_OR_PART); ask again until timeout_s
+            code = exc.args[0].code() if exc.args else None
+            if code != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
     policy = configs["cleanup.policy"].value if "cleanup.policy" in configs else ""
     if "compact" not in (policy or ""):
         raise ConfigError(

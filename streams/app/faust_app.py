@@ -23,7 +23,7 @@ in the partition its events arrive on.
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -33,14 +33,16 @@ from typing import Any
 
 import faust
 from faust.exceptions import ProducerSendError
+from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as _aiokafka_driver
 
+from streams.app.batch import EventBatchHandler
 from streams.app.metrics import WorkerMetrics
 from streams.app.outputs import OutputEncoder
 from streams.app.processor import EventProcessor, TableWrite
 from streams.app.web import register_views
 from streams.core.config import EngineConfig
-from streams.core.errors import ConfigError, InvalidEventError, SerdeError
+from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
 from streams.settings import Settings
 
@@ -107,29 +109,131 @@ class _ReadCommittedConsumerThread(_aiokafka_driver.AIOKafkaConsumerThread):
 
 
 class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
+    """The worker's consumer: read_committed, batches of events to the batch handler,
+    and the write-behind state flushed before every offset commit."""
+
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    # ---------------------------------------------------------------- fetching
+
+    async def _drain_messages(self, fetcher: Any) -> None:
+        """Faust's fetch loop, with ``<prefix>.events`` batches going to the handler.
+
+        Faust's own loop turns every record into a ``ConsumerMessage`` and runs the
+        conductor callback in ``wait_first`` (two tasks per message), then a channel
+        queue, an agent stream and an ack: ~0.25 ms per event.  Here each fetched
+        partition batch of the events topic goes to
+        :meth:`EventBatchHandler.handle` in one call; the handler reports the
+        committable offset.  Records of any other topic (the table changelogs
+        during recovery) still take Faust's per-message path.
+        """
+        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
+        if handler is None:
+            await super()._drain_messages(fetcher)
+            return
+        handler_topic = getattr(self.app, "batch_topic", None)
+        callback = self.callback
+        consumer_should_stop = self._stopped.is_set
+        fetcher_should_stop = fetcher._stopped.is_set
+        read_offset = self._read_offset
+        monitor = self.app.monitor
+        try:
+            while not (consumer_should_stop() or fetcher_should_stop()):
+                self.diag.set_flag(CONSUMER_FETCHING)
+                records, active = await self._wait_next_records(1.0)
+                await self.sleep(0)
+                if records is None or self.should_stop:
+                    continue
+                if not self.flow_active:
+                    # Faust's getmany: flow stopped mid-rebalance -> seek back to committed
+                    await self.perform_seek()
+                    continue
+                generation = self.app.consumer_generation_id
+                for tp, batch in records.items():
+                    if not self.flow_active or self.app.consumer_generation_id != generation:
+                        break  # rebalancing: the rest is fetched again after the seek
+                    if (
+                        active is not None
+                        and tp not in active
+                        and tp not in self._buffered_partitions
+                    ):
+                        continue
+                    r_offset = read_offset[tp]
+                    if r_offset is not None:
+                        batch = [r for r in batch if r.offset >= r_offset]
+                    if not batch:
+                        continue
+                    if tp.topic == handler_topic:
+                        monitor.track_tp_end_offset(tp, self.highwater(tp))
+                        monitor.stream_inbound_time[tp] = time.monotonic()
+                        await handler.handle(batch)
+                        read_offset[tp] = batch[-1].offset
+                        continue
+                    for record in batch:  # Faust's per-message path (changelog recovery)
+                        message = self._to_message(tp, record)
+                        await self.wait_first(callback(message), self.suspend_flow.wait())
+                        read_offset[tp] = record.offset
+                self.diag.unset_flag(CONSUMER_FETCHING)
+        except self.consumer_stopped_errors:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except asyncio.CancelledError:
+            if self.transport.app.should_stop:
+                return
+            raise
+        except Exception as exc:
+            log.critical("the worker's fetch loop failed: %r; stopping the worker", exc)
+            await self.app.crash(exc)
+            raise
+        finally:
+            self.diag.unset_flag(CONSUMER_FETCHING)
+
+    def _new_offset(self, tp: Any) -> int | None:
+        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
+        if handler is not None and tp.topic == getattr(self.app, "batch_topic", None):
+            return handler.committable(tp.topic, tp.partition)
+        offset: int | None = super()._new_offset(tp)
+        return offset
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
+        if handler is not None:
+            handler.forget((tp.topic, tp.partition) for tp in revoked)
+        await super().on_partitions_revoked(revoked)
+
+    # ---------------------------------------------------------------- committing
 
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
         """Faust's ``_commit_tps`` with the write-behind state flushed first.
 
-        Order (docs/guarantees.md): (1) the committable offsets are taken and the
-        dirty state is encoded with no ``await`` in between, so the state covers
-        every event up to those offsets (it may cover more: redeliveries are
-        deduped); (2) the producer is flushed, so the outputs of those events are
-        in Kafka before the state that says "done"; (3) the state goes to the local
-        stores and is queued to the changelogs; (4) ``_commit_offsets`` flushes the
-        producer again (changelogs delivered) and only then commits the offsets.
+        Order (docs/guarantees.md): (1) under the batch handler's lock (no batch is
+        half applied or half sent), the committable offsets are taken and the dirty
+        state is encoded with no ``await`` in between, so the state covers exactly
+        the events up to those offsets (plus timer-made changes); (2) the producer
+        is flushed, so the outputs of those events are in Kafka before the state
+        that says "done"; (3) the state goes to the local stores and is queued to
+        the changelogs; (4) ``_commit_offsets`` flushes the producer again
+        (changelogs delivered) and only then commits the offsets.
         """
         flusher: StateFlusher | None = getattr(self.app, "state_flusher", None)
         if flusher is None:
             done: bool = await super()._commit_tps(tps, start_new_transaction)
             return done
-        commit_offsets = self._filter_committable_offsets(tps)
-        writes = flusher.processor.collect()
+        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
+        if handler is not None:
+            async with handler.lock:
+                commit_offsets = self._filter_committable_offsets(tps)
+                writes = flusher.processor.collect()
+        else:
+            commit_offsets = self._filter_committable_offsets(tps)
+            writes = flusher.processor.collect()
         if writes:
+            started = time.perf_counter()
             await self.app.producer.flush()
             flusher.write(writes)
+            flusher.note_flush(len(writes), time.perf_counter() - started)
         if not commit_offsets:
             return False
         try:
@@ -157,10 +261,24 @@ class StateFlusher:
     ...)`` ourselves; the changelog callback still records the persisted offset.
     """
 
+    #: A flush (producer flush + store writes) slower than this is logged as a warning.
+    SLOW_FLUSH_S = 5.0
+
     def __init__(self, processor: EventProcessor, tables: dict[str, Any]) -> None:
         self.processor = processor
         self.tables = tables
         self.flushes = 0
+        self.last_flush_s = 0.0
+        self.max_flush_s = 0.0
+
+    def note_flush(self, values: int, seconds: float) -> None:
+        """Record how long one commit-time flush took (``/stats``; slow ones are logged)."""
+        self.last_flush_s = seconds
+        self.max_flush_s = max(self.max_flush_s, seconds)
+        if seconds >= self.SLOW_FLUSH_S:
+            log.warning("state flush of %d value(s) took %.1f s", values, seconds)
+        else:
+            log.debug("state flush of %d value(s) took %.3f s", values, seconds)
 
     def write(self, writes: list[TableWrite]) -> None:
         for w in writes:
@@ -189,6 +307,9 @@ class ObserverApp(faust.App):
     the write-behind state before every offset commit (``state_flusher``)."""
 
     state_flusher: StateFlusher | None = None
+    #: The hot path for ``batch_topic`` (see ``_ReadCommittedConsumer._drain_messages``).
+    batch_handler: EventBatchHandler | None = None
+    batch_topic: str | None = None
 
     def _new_transport(self) -> Any:
         return _ReadCommittedTransport(self.conf.broker_consumer, self)
@@ -208,29 +329,6 @@ class WorkerApp:
     events_topic: Any
     dlq_topic: Any
     metrics: WorkerMetrics | None = None
-
-
-class _OutputError(Exception):
-    """An applied event whose pattern/assessment/snapshot records cannot be encoded."""
-
-    def __init__(self, cause: BaseException) -> None:
-        self.cause = cause
-        super().__init__(f"applied, but its outputs cannot be encoded: {cause}")
-
-
-def _dlq_headers(exc: BaseException, message: Any) -> list[tuple[str, bytes]]:
-    """The router's DLQ header names (``streams.router.validate``), plus ``dlq.stage``."""
-    stage = b"worker-output" if isinstance(exc, _OutputError) else b"worker"
-    if isinstance(exc, _OutputError):
-        exc = exc.cause
-    return [
-        ("dlq.reason", str(exc).encode("utf-8", "replace")[:1000]),
-        ("dlq.error_class", type(exc).__name__.encode()),
-        ("dlq.source.topic", str(message.topic).encode()),
-        ("dlq.source.partition", str(message.partition).encode()),
-        ("dlq.source.offset", str(message.offset).encode()),
-        ("dlq.stage", stage),
-    ]
 
 
 def create_app(
@@ -352,68 +450,26 @@ def create_app(
     )
     app.state_flusher = flusher
 
-    @app.agent(events, concurrency=1)
-    async def process(stream: Any) -> None:
-        async for ev in stream.events():
-            started_ns = time.perf_counter_ns()  # metrics hook, keep
-            message = ev.message
-            value = ev.value
-            try:
-                event = decoder(value)
-                key = ev.key.decode("utf-8", "replace") if isinstance(ev.key, bytes) else ev.key
-                if key is not None and key != event.session_id:
-                    raise InvalidEventError(
-                        "session_id",
-                        f"{event.session_id!r} does not match the message key {key!r} "
-                        "(producers must key <prefix>.events by session id)",
-                    )
-                # InvalidEventError from the engine comes before any table changed
-                result = processor.apply(event, message.partition)
-                records = []
-                if encoder is not None:
-                    try:
-                        records = encoder.records(
-                            event,
-                            result.engine,
-                            functools.partial(processor.engine_state, event.session_id),
-                        )
-                    except (SerdeError, InvalidEventError) as exc:
-                        # the tables did apply it; only its outputs cannot be encoded
-                        raise _OutputError(exc) from exc
-            except (SerdeError, InvalidEventError, _OutputError) as exc:
-                log.warning(
-                    "dead-lettering %s[%s]@%s: %s: %s",
-                    message.topic,
-                    message.partition,
-                    message.offset,
-                    type(exc).__name__,
-                    exc,
-                )
-                metrics.on_dlq(
-                    type(exc.cause if isinstance(exc, _OutputError) else exc).__name__
-                )  # metrics hook, keep
-                await dlq.send(key=ev.key, value=value, headers=_dlq_headers(exc, message))
-                continue
-            except Exception as exc:
-                # Faust's supervisor would restart the agent and carry on past this
-                # message (it gets acked): never silently skip. Stop the worker instead;
-                # the offset is not committed, so a restart retries the message.
-                log.critical(
-                    "cannot apply %s[%s]@%s: %r; stopping the worker",
-                    message.topic,
-                    message.partition,
-                    message.offset,
-                    exc,
-                )
-                await app.crash(exc)
-                raise
-            metrics.on_event(event.type, started_ns, event.timestamp_ms)  # metrics hook, keep
-            metrics.on_outputs(result.engine)  # metrics hook, keep
-            for rec in records:
-                # same producer as the changelogs: flushed before the offset commit
-                await out_topics[rec.kind].send(
-                    key=rec.key, value=rec.value, headers=list(rec.headers) or None
-                )
+    producer_send = app.producer.send
+
+    async def _send(topic: str, key: bytes | None, value: bytes, headers: Any) -> None:
+        # the same producer as the changelogs: flushed before the offset commit
+        await producer_send(topic, key, value, None, None, headers)
+
+    handler = EventBatchHandler(
+        processor=processor,
+        decoder=decoder,
+        send=_send,
+        output_topics={kind: t.get_topic_name() for kind, t in out_topics.items()},
+        dlq_topic=settings.dlq_topic,
+        encoder=encoder,
+        metrics=metrics,
+    )
+    # No agent: the consumer hands each fetched batch of <prefix>.events to the
+    # handler (streams/app/batch.py); the conductor only needs to subscribe it.
+    app.topics.add(events)
+    app.batch_handler = handler
+    app.batch_topic = settings.events_topic
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode's stub wants signal=
     async def _on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
@@ -443,9 +499,12 @@ def create_app(
             """
             if app.rebalancing:
                 return
-            for ta in processor.on_timer(int(time.time() * 1000)):
-                for rec in timer_encoder.timer_records(ta):
-                    await out_topics[rec.kind].send(key=rec.key, value=rec.value)
+            # under the batch lock: a commit never collects a timer-made state
+            # change whose assessment is not yet handed to the producer
+            async with handler.lock:
+                for ta in processor.on_timer(int(time.time() * 1000)):
+                    for rec in timer_encoder.timer_records(ta):
+                        await _send(out_topics[rec.kind].get_topic_name(), rec.key, rec.value, None)
 
     # HTTP views (streams/app/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
     register_views(
@@ -460,6 +519,9 @@ def create_app(
             "dirty": processor.dirty,
             "flushed_values": processor.flushed_values,
             "flushes": flusher.flushes,
+            "last_flush_s": round(flusher.last_flush_s, 4),
+            "max_flush_s": round(flusher.max_flush_s, 4),
+            "batches": handler.batches,
         },
         metrics=metrics,
         events_topic=settings.events_topic,

@@ -196,15 +196,15 @@ class EventProcessor:
         assert self.engines is not None
         engine = self._engines.get(sid)
         if engine is None:
+            cfg = self.engine_config
+            if cfg is None:  # built once: EngineConfig() costs ~0.4 ms
+                from streams.core.config import EngineConfig
+
+                cfg = self.engine_config = EngineConfig()
             raw = self.engines.get(sid.encode())
             if raw is None:
-                engine = SessionEngine.create(sid, self.engine_config)
+                engine = SessionEngine.create(sid, cfg)
             else:
-                cfg = self.engine_config
-                if cfg is None:
-                    from streams.core.config import EngineConfig
-
-                    cfg = self.engine_config = EngineConfig()
                 engine = SessionEngine.build(cfg, decode_state(raw))
             self._engines[sid] = engine
         return engine

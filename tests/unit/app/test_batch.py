@@ -1,0 +1,207 @@
+"""The worker's batch handler (streams/app/batch.py) with fake records and a fake send."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+from streams.app.batch import EventBatchHandler
+from streams.app.outputs import OutputEncoder
+from streams.app.processor import EventProcessor
+from streams.core.events import TraceEvent
+from streams.serde import AssessmentSerde, EventSerde, PatternSerde
+from streams.settings import Settings
+
+SETTINGS = Settings(prefix="t")
+SERDE = EventSerde("single-object")
+TOPICS = {
+    "patterns": "t.patterns",
+    "assessments": "t.assessments",
+    "assessment_history": "t.assessment-history",
+    "snapshots": "t.snapshots",
+}
+
+
+@dataclass(frozen=True)
+class Rec:
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    topic: str = "t.events"
+    partition: int = 0
+
+
+def looping(n: int) -> list[TraceEvent]:
+    """n failing run_tests calls in a row (a doom loop), session s1."""
+    out: list[TraceEvent] = []
+    for i in range(n):
+        ts = 1_767_225_600_000 + i * 2000
+        call = dict(call_id=f"c{i}", tool_name="run_tests")
+        out.append(TraceEvent("tool_call", "s1", 2 * i, ts, input={"cmd": "pytest"}, **call))
+        out.append(
+            TraceEvent(
+                "tool_result",
+                "s1",
+                2 * i + 1,
+                ts + 500,
+                is_error=True,
+                error_message="AssertionError: assert 404 == 200",
+                **call,
+            )
+        )
+    return out
+
+
+def records(events: list[TraceEvent], start: int = 0) -> list[Rec]:
+    return [Rec(start + i, e.session_id.encode(), SERDE.encode(e)) for i, e in enumerate(events)]
+
+
+class Sent:
+    def __init__(self) -> None:
+        self.items: list[tuple[str, bytes | None, bytes, Any]] = []
+
+    async def __call__(self, topic: str, key: bytes | None, value: bytes, headers: Any) -> None:
+        self.items.append((topic, key, value, headers))
+
+    def to(self, topic: str) -> list[tuple[str, bytes | None, bytes, Any]]:
+        return [s for s in self.items if s[0] == topic]
+
+
+def handler(sent: Sent, processor: EventProcessor | None = None) -> EventBatchHandler:
+    return EventBatchHandler(
+        processor=processor or EventProcessor({}, {}, {}, {}),
+        decoder=SERDE.decode,
+        send=sent,
+        output_topics=TOPICS,
+        dlq_topic="t.dlq",
+        encoder=OutputEncoder(SETTINGS),
+    )
+
+
+def test_a_looping_batch_sends_patterns_and_assessments_and_reports_the_next_offset() -> None:
+    sent = Sent()
+    h = handler(sent)
+    stats = asyncio.run(h.handle(records(looping(8), start=100)))
+    assert stats.events == 16 and stats.dead_lettered == 0
+    assert h.committable("t.events", 0) == 116
+    assert h.committable("t.events", 1) is None
+    pats = [PatternSerde("single-object").decode(v) for _, _, v, _ in sent.to("t.patterns")]
+    assert "doom_loop" in {str(p.pattern_type) for p in pats}
+    assess = sent.to("t.assessments")
+    assert assess and assess == [
+        ("t.assessments", k, v, h_) for _, k, v, h_ in sent.to("t.assessment-history")
+    ]
+    assert AssessmentSerde("single-object").decode(assess[-1][2]).session_id == "s1"
+    assert stats.outputs == len(sent.items)
+
+
+def test_batches_equal_one_event_at_a_time() -> None:
+    events = looping(10)
+    one = Sent()
+    h1 = handler(one)
+    for r in records(events):
+        asyncio.run(h1.handle([r]))
+    many = Sent()
+    h2 = handler(many)
+    recs = records(events)
+    asyncio.run(h2.handle(recs[:7]))
+    asyncio.run(h2.handle(recs[7:]))
+    assert one.items == many.items
+    assert h1.committable("t.events", 0) == h2.committable("t.events", 0) == len(events)
+
+
+def test_bad_records_are_dead_lettered_with_reasons_and_the_batch_goes_on() -> None:
+    good = looping(2)
+    recs = [
+        Rec(0, b"s1", SERDE.encode(good[0])),
+        Rec(1, b"s1", b"\x00garbage"),
+        Rec(2, b"other", SERDE.encode(good[1])),  # key does not match the session id
+        Rec(3, b"s1", None),  # tombstone
+        Rec(4, b"s1", SERDE.encode(good[1])),
+    ]
+    sent = Sent()
+    h = handler(sent)
+    stats = asyncio.run(h.handle(recs))
+    assert stats.events == 5 and stats.dead_lettered == 3
+    dlq = sent.to("t.dlq")
+    offsets = [dict(hd)["dlq.source.offset"] for _, _, _, hd in dlq]
+    assert offsets == [b"1", b"2", b"3"]
+    reasons = [dict(hd)["dlq.reason"].decode() for _, _, _, hd in dlq]
+    assert "does not match the message key" in reasons[1]
+    assert "tombstone" in reasons[2]
+    assert h.committable("t.events", 0) == 5
+    assert h.processor.applied == 2
+
+
+def test_an_unexpected_error_sends_what_came_before_and_commits_only_that() -> None:
+    events = looping(3)
+    sent = Sent()
+    boom = RuntimeError("disk on fire")
+
+    class Exploding(EventProcessor):
+        def apply(self, event: TraceEvent, partition: int | None = None) -> Any:
+            if event.seq == 3:
+                raise boom
+            return super().apply(event, partition)
+
+    h = handler(sent, Exploding({}, {}, {}, {}))
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        asyncio.run(h.handle(records(events, start=10)))
+    # seq 0..2 handled (offsets 10..12), seq 3 (offset 13) not: commit from 13
+    assert h.committable("t.events", 0) == 13
+    assert h.processor.applied == 3
+
+
+def test_commit_waits_for_a_batch_to_be_fully_sent() -> None:
+    """A commit takes the handler lock: it cannot see state whose outputs are unsent."""
+
+    async def scenario() -> list[str]:
+        order: list[str] = []
+        gate = asyncio.Event()
+
+        async def slow_send(topic: str, key: Any, value: bytes, headers: Any) -> None:
+            order.append("send")
+            await gate.wait()
+
+        h = EventBatchHandler(
+            processor=EventProcessor({}, {}, {}, {}),
+            decoder=SERDE.decode,
+            send=slow_send,
+            output_topics=TOPICS,
+            dlq_topic="t.dlq",
+            encoder=OutputEncoder(SETTINGS),
+        )
+        batch = asyncio.create_task(h.handle(records(looping(6))))
+        await asyncio.sleep(0)
+        assert order == ["send"]
+
+        async def commit() -> None:
+            async with h.lock:
+                order.append(f"commit@{h.committable('t.events', 0)}")
+
+        c = asyncio.create_task(commit())
+        await asyncio.sleep(0.01)
+        assert not c.done()
+        gate.set()
+        await asyncio.gather(batch, c)
+        return order
+
+    order = asyncio.run(scenario())
+    assert order[-1] == "commit@12"
+    assert all(o == "send" for o in order[:-1])
+
+
+def test_forget_drops_revoked_partitions() -> None:
+    h = handler(Sent())
+    asyncio.run(h.handle(records(looping(1))))
+    asyncio.run(
+        h.handle(
+            [Rec(0, b"s2", SERDE.encode(TraceEvent("session_start", "s2", 0, 1)), partition=1)]
+        )
+    )
+    h.forget([("t.events", 0)])
+    assert h.committable("t.events", 0) is None
+    assert h.committable("t.events", 1) == 1

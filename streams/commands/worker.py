@@ -28,6 +28,7 @@ Examples:
   trajectory worker                                  # traj.events, ./traj-observer-data
   trajectory worker --prefix demo --store memory --web-port 6067
   KAFKA_BOOTSTRAP=kafka:9092 trajectory worker --data-dir /var/lib/trajectory
+  trajectory worker --commit-interval 5              # cheaper with thousands of sessions
 
 Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly.
 """
@@ -69,6 +70,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="only counters/budget/minute tables, no detectors (cheaper per event)",
     )
     parser.add_argument(
+        "--commit-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="flush the table state and commit offsets this often (default 1.0): the "
+        "tables and HTTP views lag by at most this much, and a crash re-processes up to "
+        "this much; longer is cheaper per event with many active sessions",
+    )
+    parser.add_argument(
+        "--timer-interval",
+        type=float,
+        default=1.0,
+        metavar="SECONDS",
+        help="how often quiet sessions are checked for deadline / every_n_seconds "
+        "assessments (default 1.0; 0 turns the timer off)",
+    )
+    parser.add_argument(
         "--loglevel",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -78,6 +96,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     import faust
+
+    for flag, value in (
+        ("--commit-interval", args.commit_interval),
+        ("--timer-interval", args.timer_interval),
+    ):
+        if value < 0 or (flag == "--commit-interval" and value == 0):
+            print(
+                f"trajectory worker: {flag} {value}: give a positive number of seconds",
+                file=sys.stderr,
+            )
+            return 2
 
     from streams.app.faust_app import create_app
     from streams.app.topics import ensure_topics
@@ -100,6 +129,8 @@ def run(args: argparse.Namespace) -> int:
         partitions=partitions,
         with_engine=not args.no_engine,
         engine_config=engine_config,
+        commit_interval_s=args.commit_interval,
+        timer_interval_s=args.timer_interval or None,
     )
     print(
         f"trajectory worker: {settings.events_topic} ({partitions} partitions) on "

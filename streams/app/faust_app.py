@@ -226,6 +226,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             async with handler.lock:
                 commit_offsets = self._filter_committable_offsets(tps)
                 writes = flusher.processor.collect()
+                flusher.processor.evict()  # bounded caches: only clean sessions go
         else:
             commit_offsets = self._filter_committable_offsets(tps)
             writes = flusher.processor.collect()
@@ -348,6 +349,7 @@ def create_app(
     commit_every: int = 50_000,
     timer_interval_s: float | None = 1.0,
     metrics: WorkerMetrics | None = None,
+    max_sessions_in_memory: int = 10_000,
 ) -> WorkerApp:
     """Build a worker app from ``settings``.
 
@@ -359,7 +361,9 @@ def create_app(
     ``with_engine`` adds the ``engines`` table running the core
     :class:`~streams.core.engine.SessionEngine` (``engine_config``, default
     ``EngineConfig()``) on every event.  ``metrics`` (default: a fresh
-    :class:`~streams.app.metrics.WorkerMetrics`) is fed by the agent and served on ``/metrics``.
+    :class:`~streams.app.metrics.WorkerMetrics`) is fed by the batch handler and served on
+    ``/metrics``.  ``max_sessions_in_memory`` bounds the decoded per-session caches
+    (clean sessions beyond it are evicted after each flush, ended ones always).
     """
     metrics = metrics if metrics is not None else WorkerMetrics()
     if store in STORES:
@@ -438,7 +442,9 @@ def create_app(
         if with_engine
         else None
     )
-    processor = EventProcessor(sessions, budgets, minutes, engines, engine_config)
+    processor = EventProcessor(
+        sessions, budgets, minutes, engines, engine_config, max_sessions=max_sessions_in_memory
+    )
     flusher = StateFlusher(
         processor,
         {
@@ -519,6 +525,8 @@ def create_app(
             "dirty": processor.dirty,
             "flushed_values": processor.flushed_values,
             "flushes": flusher.flushes,
+            "sessions_in_memory": len(processor.sessions_in_memory()),
+            "evicted": processor.evicted,
             "last_flush_s": round(flusher.last_flush_s, 4),
             "max_flush_s": round(flusher.max_flush_s, 4),
             "batches": handler.batches,

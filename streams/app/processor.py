@@ -23,6 +23,10 @@ Invariants:
   the call* (later changes mark the key dirty again).
 * :meth:`drop_caches` refuses to run while anything is dirty: the caches may
   only be dropped after a flush (partitions revoked), never instead of one.
+* The caches are bounded: :meth:`evict` (called after every flush) forgets
+  clean sessions that ended, then the least recently touched clean ones above
+  ``max_sessions``.  A dirty session is never evicted; an evicted one is read
+  back from its table on its next event.
 * An event whose ``seq`` a value already covers changes nothing in it, but
   marks it dirty: after a crash the local store can be ahead of the changelog
   (the flush writes the store first), and a redelivery is the moment to write
@@ -118,7 +122,15 @@ class EventProcessor:
         minutes: BytesTable,
         engines: BytesTable | None = None,
         engine_config: EngineConfig | None = None,
+        *,
+        max_sessions: int = 10_000,
     ) -> None:
+        if max_sessions < 1:
+            raise ValueError(f"max_sessions={max_sessions}: keep at least one session in memory")
+        self.max_sessions = max_sessions
+        #: session ids, least recently touched first (re-inserted on every event)
+        self._recency: dict[str, None] = {}
+        self.evicted = 0
         self.sessions = sessions
         self.budgets = budgets
         self.minutes = minutes
@@ -169,6 +181,49 @@ class EventProcessor:
         self._engines.clear()
         self._lineage.clear()
         self._partition.clear()
+        self._recency.clear()
+
+    def evict(self) -> int:
+        """Forget clean sessions: every ended one, then the least recently touched
+        beyond ``max_sessions``.  Returns how many were forgotten.
+
+        Only sessions with nothing dirty (nothing to flush) go; their values are in
+        the tables and are read back on the session's next event.  Ended sessions
+        are not walked by the timer anyway.
+        """
+        dirty = (
+            self._dirty_sessions
+            | self._dirty_budgets
+            | self._dirty_engines
+            | {sid for sid, _ in self._dirty_minutes.values()}
+        )
+        ended = [
+            sid
+            for sid in self._recency
+            if sid not in dirty and (c := self._sessions.get(sid)) is not None and c.ended
+        ]
+        for sid in ended:
+            self._forget(sid)
+        over = len(self._recency) - self.max_sessions
+        if over > 0:
+            oldest = [sid for sid in self._recency if sid not in dirty][:over]
+            for sid in oldest:
+                self._forget(sid)
+            ended += oldest
+        self.evicted += len(ended)
+        return len(ended)
+
+    def _forget(self, sid: str) -> None:
+        for cache in (
+            self._sessions,
+            self._budgets,
+            self._minutes,
+            self._engines,
+            self._lineage,
+            self._partition,
+            self._recency,
+        ):
+            cache.pop(sid, None)
 
     def sessions_in_memory(self) -> tuple[str, ...]:
         return tuple(self._sessions)
@@ -207,6 +262,7 @@ class EventProcessor:
             else:
                 engine = SessionEngine.build(cfg, decode_state(raw))
             self._engines[sid] = engine
+            self._recency.setdefault(sid, None)  # evictable like the other caches
         return engine
 
     def engine_state(self, session_id: str) -> SessionState:
@@ -228,6 +284,10 @@ class EventProcessor:
             engine_out = self._engine(sid).on_event(event)
             self._dirty_engines.add(sid)  # applied, or a redelivery (see the invariants)
         self._partition[sid] = partition
+        recency = self._recency
+        if sid in recency:
+            del recency[sid]
+        recency[sid] = None
         if (
             event.parent_session_id is not None
             or event.agent_id is not None

@@ -87,6 +87,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "assessments (default 1.0; 0 turns the timer off)",
     )
     parser.add_argument(
+        "--max-sessions-in-memory",
+        type=int,
+        default=10_000,
+        metavar="N",
+        help="keep at most N sessions decoded in memory (default 10000); beyond it the "
+        "least recently active are read back from the tables on their next event",
+    )
+    parser.add_argument(
         "--loglevel",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -107,6 +115,9 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    if args.max_sessions_in_memory < 1:
+        print("trajectory worker: --max-sessions-in-memory must be at least 1", file=sys.stderr)
+        return 2
 
     from streams.app.faust_app import create_app
     from streams.app.topics import ensure_topics
@@ -131,6 +142,7 @@ def run(args: argparse.Namespace) -> int:
         engine_config=engine_config,
         commit_interval_s=args.commit_interval,
         timer_interval_s=args.timer_interval or None,
+        max_sessions_in_memory=args.max_sessions_in_memory,
     )
     print(
         f"trajectory worker: {settings.events_topic} ({partitions} partitions) on "

@@ -282,3 +282,37 @@ def test_timer_skips_ended_sessions() -> None:
     p.apply(ev(0, "budget", budget=Budget(deadline_ms=T0 + 1_000, max_tokens=1000)))
     p.apply(ev(1, "session_end"))
     assert p.on_timer(T0 + 60_000) == []
+
+
+def _sev(sid: str, seq: int, type_: str = "tool_call") -> TraceEvent:
+    return TraceEvent(type_, sid, seq, T0 + seq * 1000, tool_name="t", call_id=f"c{seq}")  # type: ignore[arg-type]
+
+
+def test_evict_forgets_clean_ended_and_least_recent_sessions_only() -> None:
+    tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    p = EventProcessor(*tabs, max_sessions=2)
+    for sid in ("a", "b", "c", "d"):
+        p.apply(_sev(sid, 0))
+    p.apply(_sev("a", 1))  # a is now the most recent
+    p.apply(_sev("b", 1, "session_end"))
+    assert p.evict() == 0  # everything is dirty: nothing may go
+    p.flush()
+    p.apply(_sev("d", 1))  # d dirty again
+    # b ended -> out; then 3 left (c, a, d) over max 2 -> the least recent clean one: c
+    assert p.evict() == 2
+    assert set(p.sessions_in_memory()) == {"a", "d"}
+    assert p.evicted == 2
+    # an evicted session is read back from its table and carries on exactly
+    out = p.apply(_sev("c", 1))
+    assert out.applied and out.session.events == 2
+    assert p.apply(_sev("c", 1)).applied is False
+    # its engine state too: same as a processor that never evicted
+    q = EventProcessor({}, {}, {}, {})
+    for e in (_sev("c", 0), _sev("c", 1)):
+        q.apply(e)
+    assert p.engine_state("c") == q.engine_state("c")
+
+
+def test_max_sessions_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="max_sessions=0"):
+        EventProcessor({}, {}, {}, max_sessions=0)

@@ -140,6 +140,10 @@ class EventBatchHandler:
         """The offset to commit for a partition: one past the last handled record."""
         return self._committable.get((topic, partition))
 
+    def partitions(self) -> list[tuple[str, int]]:
+        """The partitions with a committable offset."""
+        return list(self._committable)
+
     def forget(self, partitions: Iterable[tuple[str, int]]) -> None:
         """Drop the committable offsets of revoked partitions."""
         for tp in partitions:

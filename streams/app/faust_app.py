@@ -35,12 +35,14 @@ import faust
 from faust.exceptions import ProducerSendError
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as _aiokafka_driver
+from faust.types import TP
 
 from streams.app.batch import EventBatchHandler
 from streams.app.metrics import WorkerMetrics
 from streams.app.outputs import OutputEncoder
 from streams.app.processor import EventProcessor, TableWrite
-from streams.app.web import register_views
+from streams.app.state import SessionCounters
+from streams.app.web import key_partition, register_views
 from streams.core.config import EngineConfig
 from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
@@ -197,11 +199,23 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         offset: int | None = super()._new_offset(tp)
         return offset
 
-    async def on_partitions_revoked(self, revoked: Any) -> None:
+    def _filter_tps_with_pending_acks(self, topics: Any = None) -> Any:
+        """Faust commits only partitions with acked messages; ours are never acked
+        (the handler reports offsets instead), so add the handler's partitions."""
+        tps = set(super()._filter_tps_with_pending_acks(topics))
         handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
         if handler is not None:
-            handler.forget((tp.topic, tp.partition) for tp in revoked)
+            for topic, partition in handler.partitions():
+                tp = TP(topic, partition)
+                if topics is None or tp in topics or topic in topics:
+                    tps.add(tp)
+        return iter(tps)
+
+    async def on_partitions_revoked(self, revoked: Any) -> None:
+        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
         await super().on_partitions_revoked(revoked)
+        if handler is not None:
+            handler.forget((tp.topic, tp.partition) for tp in revoked)
 
     # ---------------------------------------------------------------- committing
 
@@ -494,6 +508,35 @@ def create_app(
 
     if encoder is not None and timer_interval_s:
         timer_encoder = encoder
+
+        @sessions.on_recover
+        async def _adopt_open_sessions() -> None:
+            """After table recovery: load this worker's open sessions for the timer,
+            most recently active first, at most ``max_sessions_in_memory``."""
+            assigned = {
+                tp.partition
+                for tp in app.consumer.assignment()
+                if tp.topic == settings.events_topic
+            }
+            found: list[tuple[int, str, int]] = []
+            for n, (key, raw) in enumerate(sessions.items()):
+                sid = key.decode() if isinstance(key, bytes) else str(key)
+                part = key_partition(sid, n_partitions)
+                if part in assigned:
+                    counters = SessionCounters.decode(raw)
+                    if not counters.ended:
+                        found.append((counters.last_event_ms or 0, sid, part))
+                if n % 500 == 499:
+                    await asyncio.sleep(0)  # keep the web server and heartbeats going
+            found.sort(reverse=True)
+            adopted = 0
+            for i, (_, sid, part) in enumerate(found[: processor.max_sessions]):
+                async with handler.lock:
+                    adopted += processor.adopt(sid, part)
+                if i % 100 == 99:
+                    await asyncio.sleep(0)
+            if adopted:
+                log.info("adopted %d open session(s) for the timer after recovery", adopted)
 
         @app.timer(timer_interval_s)
         async def _assess_quiet_sessions() -> None:

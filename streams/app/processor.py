@@ -364,6 +364,28 @@ class EventProcessor:
 
     # ------------------------------------------------------------------- timer
 
+    def adopt(self, session_id: str, partition: int | None) -> bool:
+        """Load a quiet session from the tables so the timer walks it.
+
+        After a restart or a rebalance a session is in memory only once one of its
+        events arrives; one waiting on a slow tool sends none, so its deadline would
+        never be reported.  The worker adopts its partitions' open sessions after
+        table recovery.  Returns False (and loads nothing) for a session already in
+        memory, unknown to the tables, or ended.
+        """
+        if self.engines is None or session_id in self._engines:
+            return False
+        raw = self.sessions.get(session_id.encode())
+        if raw is None:
+            return False
+        counters = self._sessions.get(session_id) or SessionCounters.decode(raw)
+        if counters.ended or self.engines.get(session_id.encode()) is None:
+            return False
+        self._sessions[session_id] = counters
+        self._partition[session_id] = partition
+        self._engine(session_id)
+        return True
+
     def on_timer(self, now_ms: int) -> list[TimerAssessment]:
         """Run ``SessionEngine.on_timer(now_ms)`` for every session in memory.
 

@@ -195,6 +195,50 @@ def test_timer_assesses_a_quiet_session_past_its_deadline(
         assert worker.stop() == 0, worker.log_tail()
 
 
+@pytest.mark.timeout(300)
+def test_a_restarted_worker_still_reports_a_quiet_sessions_deadline(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """The session sends nothing after the restart: the worker must adopt it from
+    its recovered tables, or the timer would never see it (fresh data dir: from
+    the changelog alone)."""
+    sid = "quiet-restart"
+    worker = WorkerProc(settings, tmp_path / "a")
+    try:
+        warm = [TraceEvent("session_start", "warm-up", 0, int(time.time() * 1000))]
+        produce(settings, warm)
+        worker.wait_state({"warm-up": {"last_seq": 0}}, timeout_s=120)
+        now = int(time.time() * 1000)  # the worker is up: the deadline can be short
+        events = [
+            TraceEvent("session_start", sid, 0, now),
+            TraceEvent(
+                "budget", sid, 1, now, budget=Budget(deadline_ms=now + 20_000, max_tokens=10**5)
+            ),
+            TraceEvent("session_start", "ended-1", 0, now),
+            TraceEvent("session_end", "ended-1", 1, now),
+        ]
+        produce(settings, events)
+        worker.wait_state({sid: {"last_seq": 1}, "ended-1": {"last_seq": 1}}, timeout_s=60)
+    finally:
+        assert worker.stop() == 0, worker.log_tail()
+    # worker a stopped before the deadline: whatever reports it is worker b
+    assert int(time.time() * 1000) < now + 20_000, "too slow: the deadline passed already"
+    worker = WorkerProc(settings, tmp_path / "b")
+    try:
+        limit = time.monotonic() + 90
+        timer: list[Any] = []
+        while not timer and time.monotonic() < limit:
+            timer = [a for a in live_history(settings) if a.trigger == "timer"]
+        assert timer, worker.log_tail()
+        assert {a.session_id for a in timer} == {sid}  # not the ended one, not warm-up
+        assert "deadline" in timer[0].rendered
+        assert timer[0].timestamp_ms >= now + 20_000
+        _, stats = worker.get("/stats")
+        assert stats["duplicates"] == 0, stats  # worker a committed its offsets
+    finally:
+        assert worker.stop() == 0, worker.log_tail()
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sigkill_mid_stream_loses_no_pattern_and_matches_offline(

@@ -205,3 +205,4 @@ def test_forget_drops_revoked_partitions() -> None:
     h.forget([("t.events", 0)])
     assert h.committable("t.events", 0) is None
     assert h.committable("t.events", 1) == 1
+    assert h.partitions() == [("t.events", 1)]

@@ -316,3 +316,28 @@ def test_evict_forgets_clean_ended_and_least_recent_sessions_only() -> None:
 def test_max_sessions_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_sessions=0"):
         EventProcessor({}, {}, {}, max_sessions=0)
+
+
+def test_adopt_loads_open_sessions_for_the_timer_only() -> None:
+    tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    first = EventProcessor(*tabs)
+    now = T0
+    deadline = Budget(deadline_ms=now + 10_000, max_tokens=10**5)
+    first.apply(TraceEvent("session_start", "open", 0, now))
+    first.apply(TraceEvent("budget", "open", 1, now, budget=deadline))
+    first.apply(TraceEvent("session_start", "done", 0, now))
+    first.apply(TraceEvent("session_end", "done", 1, now))
+    first.flush()
+    # a restarted worker: same tables, nothing in memory
+    p = EventProcessor(*tabs)
+    assert p.on_timer(now + 20_000) == []  # knows nobody yet
+    assert p.adopt("open", 2) is True
+    assert p.adopt("open", 2) is False  # already in memory
+    assert p.adopt("done", 2) is False  # ended
+    assert p.adopt("nobody", 2) is False
+    made = p.on_timer(now + 20_000)
+    assert [m.lineage.session_id for m in made] == ["open"]
+    assert "deadline" in made[0].assessment.render()
+    assert made[0].assessment.trigger == "timer"
+    writes = p.collect()
+    assert {(w.table, w.partition) for w in writes} == {("engines", 2)}

@@ -308,12 +308,19 @@ class Router:
             now = time.monotonic()
             if deadline is not None and now >= deadline:
                 break
-            if self._in_txn:
-                wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
-            else:
-                wait = 0.1
             room = max(1, min(1000, cfg.batch_max_messages - self._txn_msgs))
-            msgs = consumer.consume(num_messages=room, timeout=wait)
+            if self._in_txn:
+                # batching: consume() waits for `room` messages or the batch window
+                wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
+                msgs = consumer.consume(num_messages=room, timeout=wait)
+            else:
+                # idle: take what is there; else wait for the FIRST message only
+                # (consume() would sit out its whole timeout to fill the batch, which
+                # added up to 100 ms to every transaction's latency)
+                msgs = consumer.consume(num_messages=room, timeout=0)
+                if not msgs:
+                    first = consumer.poll(0.1)
+                    msgs = [] if first is None else [first]
             if self.metrics is not None:
                 self.metrics.maybe_sample(consumer, self._assigned)
             try:

@@ -39,6 +39,7 @@ import dataclasses
 import importlib
 import json
 import math
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import Any, Final, cast
 
@@ -174,54 +175,301 @@ def _dataclass_to_plain(value: Any, path: str, active: set[int]) -> Any:
 
 
 class _Slow(Exception):
-    """Raised by the fast walk on anything unusual; the path-tracking walk then
+    """Raised by the fast writer on anything unusual; the path-tracking walk then
     runs to produce the error with its field path (or the exact result)."""
 
 
-def _fast_plain(value: object, active: set[int]) -> Any:
-    """:func:`_to_plain` without building path strings (the hot path: state is
-    encoded per event).  Any doubt raises :class:`_Slow`."""
+# ------------------------------------------------------------- fast fragment writer
+#
+# The hot path (the worker re-encodes every changed session's state about once a
+# second) writes the canonical JSON text directly, node by node, instead of
+# building plain dicts for ``json.dumps``.  Every fragment is exactly the text
+# ``json.dumps(plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False,
+# allow_nan=False)`` writes for that node: strings through json's own
+# ``encode_basestring``, ints and floats through ``int.__repr__`` and
+# ``float.__repr__`` (as json's C encoder does), keys sorted by code point.
+# Anything unusual raises :class:`_Slow` and the path-tracking walk runs instead.
+#
+# Fragments of frozen dataclass instances are memoized by identity.  Between two
+# encodes of one session almost all of them are the very same objects, so only
+# the few new leaves are written.  A record whose whole subtree is deeply
+# immutable (scalars, tuples, timedeltas and frozen dataclasses only) is cached
+# as its complete text.  A record with a field that holds a dict or list
+# somewhere below is cached as the text *around* those fields, which are written
+# afresh every time (a dict or list may have changed in place; the field itself
+# cannot be rebound, the dataclass being frozen).
+#
+# A record holding other records (a composite) is only cached when it is met a
+# second time.  The spine of a state -- the SessionState, its analysis state,
+# every detector's snapshot -- is built afresh by each ``snapshot()`` call and
+# never met again, and caching it would copy most of the state's text into the
+# cache on every encode; the records it holds are cached on their own, so
+# writing a fresh composite is mostly joining cached texts.  Composites seen once
+# wait in ``_probation`` (id -> object: kept alive so that the id of a dead one
+# cannot let another object in), which is emptied when it holds more than
+# ``_PROBATION_LIMIT``.  Records holding no other record (most of them: tool
+# call records, observations, patterns) are cached at once.
+#
+# An entry is ``(obj, cached)``: it keeps ``obj`` alive, so its id cannot be
+# reused by another object while the entry exists, and a lookup also checks
+# ``entry[0] is obj``.  Memory is bounded with two generations: entries go into
+# ``new``; a hit in ``old`` is moved to ``new``; when ``new`` holds more than
+# ``_FRAGMENT_CACHE_LIMIT`` entries it becomes ``old`` and the previous ``old``
+# is dropped.
+
+#: Entries per cache generation (at most about twice this many are held).
+_FRAGMENT_CACHE_LIMIT: int = 200_000
+#: Records holding other records that were seen once (at most this many are held).
+_PROBATION_LIMIT: int = 20_000
+#: Longer texts are not cached (their parts are): a big aggregate is cheap to
+#: join from its cached parts, and it is often built afresh for every encode.
+_FRAGMENT_MAX_CHARS: int = 8192
+
+#: The whole text of a record, or (text up to the first field written afresh,
+#: ((that field's name, text up to the next such field or the end), ...)).
+_Cached = str | tuple[str, tuple[tuple[str, str], ...]]
+
+_frag_new: dict[int, tuple[object, _Cached]] = {}
+_frag_old: dict[int, tuple[object, _Cached]] = {}
+#: id -> record seen once: records holding other records wait here (see above).
+_probation: dict[int, object] = {}
+
+
+def clear_fragment_cache() -> None:
+    """Forget every memoized fragment (for tests and benchmarks)."""
+    global _frag_new, _frag_old, _probation
+    _frag_new = {}
+    _frag_old = {}
+    _probation = {}
+
+
+def _remember(ident: int, entry: tuple[object, _Cached]) -> None:
+    global _frag_new, _frag_old
+    new = _frag_new
+    new[ident] = entry
+    if len(new) > _FRAGMENT_CACHE_LIMIT:
+        _frag_old = new
+        _frag_new = {}
+
+
+def _on_probation(ident: int, value: object) -> None:
+    global _probation
+    _probation[ident] = value
+    if len(_probation) > _PROBATION_LIMIT:
+        _probation = {}
+
+
+#: Per dataclass the fast writer handles: ((field name, key text), ...) in sorted
+#: field order, the first key text opening the record; and the closing text.
+_FRAG_CLASS: dict[type[Any], tuple[tuple[tuple[str, str], ...], str]] = {}
+
+_encode_str: Final = json.encoder.encode_basestring
+_isfinite: Final = math.isfinite
+_int_repr: Final = int.__repr__
+_float_repr: Final = float.__repr__
+
+
+def _frag_class(cls: type[Any]) -> tuple[tuple[tuple[str, str], ...], str] | None:
+    """The writer's layout for dataclass ``cls``, or None if it is not a frozen,
+    decodable dataclass (or not a dataclass at all)."""
+    if not hasattr(cls, "__dataclass_fields__") or issubclass(cls, type):
+        return None
+    tag, names = _class_info(cls)
+    if tag is None:
+        return None
+    opening = "{" + _encode_str(_FIELDS) + ":{"
+    closing = "}," + _encode_str(_TAG) + ":" + _encode_str(tag) + "}"
+    keys = [(name, "," + _encode_str(name) + ":") for name in sorted(names)]
+    if not keys:
+        return (), opening + closing
+    keys[0] = (keys[0][0], opening + keys[0][1][1:])
+    return tuple(keys), closing
+
+
+def _frag(value: Any, cx: _Walk) -> str:
+    """Canonical JSON text of ``value`` (see above), or :class:`_Slow`."""
     vtype = type(value)
-    if vtype is str or vtype is int or vtype is bool or value is None:
-        return value
+    if vtype is str:
+        return _encode_str(value)
+    if value is None:
+        return "null"
+    if vtype is int:
+        return _int_repr(value)
+    if vtype is bool:
+        return "true" if value else "false"
     if vtype is float:
-        if not math.isfinite(cast(float, value)):
+        if not _isfinite(value):
             raise _Slow
-        return value
-    ident = id(value)
-    if ident in active:
-        raise _Slow
-    if vtype is tuple or vtype is list:
-        active.add(ident)
-        arr = [_fast_plain(v, active) for v in cast("tuple[object, ...] | list[object]", value)]
-        active.discard(ident)
-        return arr if vtype is tuple else {_LIST: arr}
+        return _float_repr(value)
+    if vtype is tuple:
+        # Not cached: most tuples are built afresh for every snapshot (a window's
+        # ``tuple(deque)``); their records are.  A tuple can only reach itself
+        # again through a dict, list or dataclass, which are tracked.
+        return "[" + ",".join(_frag_items(value, cx)) + "]"
     if vtype is dict:
-        active.add(ident)
-        out: dict[str, Any] = {}
-        for k, v in cast("dict[object, object]", value).items():
+        ident = id(value)
+        active = cx.active
+        if ident in active:
+            raise _Slow
+        cx.mutable += 1
+        for k in value:
             if type(k) is not str or k.startswith("!"):
                 raise _Slow
-            out[k] = _fast_plain(v, active)
-        active.discard(ident)
-        return out
-    if vtype is timedelta:
-        td = cast(timedelta, value)
-        return {_TD: [td.days, td.seconds, td.microseconds]}
-    info = _CLASS_INFO.get(vtype)
-    if info is not None and info[0] is not None:
         active.add(ident)
-        fields_out = {n: _fast_plain(getattr(value, n), active) for n in info[1]}
+        keys = sorted(value)
+        frags = _frag_items(map(value.__getitem__, keys), cx)
         active.discard(ident)
-        return {_TAG: info[0], _FIELDS: fields_out}
-    raise _Slow
+        return (
+            "{"
+            + ",".join([_encode_str(k) + ":" + f for k, f in zip(keys, frags, strict=True)])
+            + "}"
+        )
+    if vtype is list:
+        ident = id(value)
+        active = cx.active
+        if ident in active:
+            raise _Slow
+        cx.mutable += 1
+        active.add(ident)
+        frags = _frag_items(value, cx)
+        active.discard(ident)
+        return '{"!list":[' + ",".join(frags) + "]}"
+    if vtype is timedelta:
+        return f'{{"!td":[{value.days},{value.seconds},{value.microseconds}]}}'
+    return _frag_record(value, vtype, cx)
 
 
-def _plain(value: object, root: str) -> Any:
+def _frag_items(values: Iterable[Any], cx: _Walk) -> list[str]:
+    """``[_frag(v, cx) for v in values]``, writing the common scalars inline."""
+    out: list[str] = []
+    add = out.append
+    for v in values:
+        vtype = type(v)
+        if vtype is str:
+            add(_encode_str(v))
+        elif vtype is bool:
+            add("true" if v else "false")
+        elif v is None:
+            add("null")
+        elif vtype is int:
+            add(_int_repr(v))
+        else:
+            add(_frag(v, cx))
+    return out
+
+
+class _Walk:
+    """State of one :func:`_frag` walk.
+
+    ``active``: ids of the dicts, lists and dataclasses on the current descent
+    path (a container reached again through itself is a cycle).  ``mutable``:
+    how many dicts and lists were reached so far, so a caller can tell whether a
+    subtree was deeply immutable; ``records`` likewise counts dataclass records.
+    ``seen``: id -> (record, text) of the records with a dict or list inside
+    already written in this walk (a record is often reachable twice, e.g. from
+    the analysis window and from a detector's history; within one walk its dicts
+    and lists cannot change).
+    """
+
+    __slots__ = ("active", "mutable", "records", "seen")
+
+    def __init__(self) -> None:
+        self.active: set[int] = set()
+        self.mutable = 0
+        self.records = 0
+        self.seen: dict[int, tuple[object, str]] = {}
+
+
+def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:
+    """:func:`_frag` of a frozen dataclass instance, through the cache."""
+    ident = id(value)
+    cx.records += 1
+    entry = _frag_new.get(ident)
+    if entry is None or entry[0] is not value:
+        entry = _frag_old.pop(ident, None)
+        if entry is not None and entry[0] is value:
+            _remember(ident, entry)
+        else:
+            entry = None
+    if entry is not None:
+        cached: Any = entry[1]
+        if type(cached) is str:
+            return cached  # deeply immutable: cannot contain a cycle
+        seen = cx.seen.get(ident)
+        if seen is not None and seen[0] is value:
+            cx.mutable += 1  # the record holds a dict or list: tell the callers
+            return seen[1]
+        active = cx.active
+        if ident in active:
+            raise _Slow
+        head, rest = cached
+        active.add(ident)
+        parts = [head]
+        for name, after in rest:
+            parts.append(_frag(getattr(value, name), cx))
+            parts.append(after)
+        active.discard(ident)
+        text = "".join(parts)
+        cx.seen[ident] = (value, text)
+        return text
+
+    active = cx.active
+    if ident in active:
+        raise _Slow
+    layout = _FRAG_CLASS.get(vtype)
+    if layout is None:
+        layout = _frag_class(vtype)
+        if layout is None:
+            raise _Slow
+        _FRAG_CLASS[vtype] = layout
+    keys, closing = layout
+    active.add(ident)
+    records = cx.records
+    parts = []
+    fresh: list[int] = []  # indexes in parts of the fields holding a dict or list
+    for name, key in keys:
+        before = cx.mutable
+        parts.append(key)
+        parts.append(_frag(getattr(value, name), cx))
+        if cx.mutable != before:
+            fresh.append(len(parts) - 1)
+    parts.append(closing)
+    active.discard(ident)
+    text = "".join(parts)
+    if cx.records != records and _probation.pop(ident, None) is not value:
+        _on_probation(ident, value)  # holds other records: cached when seen again
+        return text
+    if not fresh:
+        if len(text) <= _FRAGMENT_MAX_CHARS:
+            _remember(ident, (value, text))
+    elif len(text) - sum([len(parts[i]) for i in fresh]) <= _FRAGMENT_MAX_CHARS:
+        names = [keys[(i - 1) // 2][0] for i in fresh]
+        ends = [*fresh[1:], len(parts)]
+        rest = tuple(
+            (name, "".join(parts[i + 1 : end]))
+            for name, i, end in zip(names, fresh, ends, strict=True)
+        )
+        _remember(ident, (value, ("".join(parts[: fresh[0]]), rest)))
+        cx.seen[ident] = (value, text)
+    return text
+
+
+def _encode(value: object, root: str) -> bytes:
+    """Canonical bytes of ``value``: the fast writer, else the path-tracking walk.
+
+    Any exception in the fast writer (not only :class:`_Slow`: also, say, the
+    ValueError of an int with too many digits, or an AttributeError of an unset
+    slot) hands over to the slow walk, which visits fields in declaration order
+    like the encoder always did, so the same first problem raises the same error.
+    """
     try:
-        return _fast_plain(value, set())
-    except _Slow:
-        return _to_plain(value, root, set())
+        text = _frag(value, _Walk())
+    except Exception:
+        return _dumps(_to_plain(value, root, set()), root, value)
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _surrogate_error(value, root) from exc
 
 
 def _dumps(plain: Any, root: str, original: object) -> bytes:
@@ -231,11 +479,13 @@ def _dumps(plain: Any, root: str, original: object) -> bytes:
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
-        # Rare path: find which string holds the lone surrogate, for the message.
-        bad = _find_unencodable(original, root, set())
-        raise UnserializableError(
-            bad or root, "string is not valid Unicode (lone surrogate)"
-        ) from exc
+        raise _surrogate_error(original, root) from exc
+
+
+def _surrogate_error(original: object, root: str) -> UnserializableError:
+    # Rare path: find which string holds the lone surrogate, for the message.
+    bad = _find_unencodable(original, root, set())
+    return UnserializableError(bad or root, "string is not valid Unicode (lone surrogate)")
 
 
 def _find_unencodable(value: object, path: str, seen: set[int]) -> str | None:
@@ -270,7 +520,7 @@ def _find_unencodable(value: object, path: str, seen: set[int]) -> str | None:
 
 def to_canonical(value: object, root: str = "state") -> bytes:
     """Canonical JSON bytes of ``value``; :class:`UnserializableError` names a bad path."""
-    return _dumps(_plain(value, root), root, value)
+    return _encode(value, root)
 
 
 # --------------------------------------------------------------------------- decode
@@ -389,7 +639,7 @@ def encode_state(state: object) -> bytes:
     if not isinstance(state, SessionState):
         raise UnserializableError("state", f"expected SessionState, got {type(state).__name__}")
     envelope = {"format": STATE_FORMAT, "version": STATE_VERSION, "state": state}
-    return _dumps(_plain(envelope, ""), "", envelope)
+    return _encode(envelope, "")
 
 
 def decode_state(data: bytes) -> Any:

@@ -323,3 +323,568 @@ def test_fast_and_path_tracking_encoders_agree(state: SessionState) -> None:
     assert codec.to_canonical(state) == slow
     plain = json.loads(slow)
     assert codec._from_plain(plain, "state") == codec._decode_plain(plain, "state")
+
+
+# ------------------------------------------- fast fragment writer and its cache
+#
+# The reference is the encoder as it was before the fragment writer: a walk to
+# plain dicts (copied here verbatim, so a change to the module cannot move the
+# reference with it), else the module's path-tracking walk, then json.dumps.
+
+
+def _old_fast_plain(value: object, active: set[int]) -> Any:
+    from streams.core import codec
+
+    vtype = type(value)
+    if vtype is str or vtype is int or vtype is bool or value is None:
+        return value
+    if vtype is float:
+        if not math.isfinite(value):  # type: ignore[arg-type]
+            raise codec._Slow
+        return value
+    ident = id(value)
+    if ident in active:
+        raise codec._Slow
+    if vtype is tuple or vtype is list:
+        active.add(ident)
+        arr = [_old_fast_plain(v, active) for v in value]  # type: ignore[attr-defined]
+        active.discard(ident)
+        return arr if vtype is tuple else {"!list": arr}
+    if vtype is dict:
+        active.add(ident)
+        out: dict[str, Any] = {}
+        for k, v in value.items():  # type: ignore[attr-defined]
+            if type(k) is not str or k.startswith("!"):
+                raise codec._Slow
+            out[k] = _old_fast_plain(v, active)
+        active.discard(ident)
+        return out
+    if vtype is timedelta:
+        td: Any = value
+        return {"!td": [td.days, td.seconds, td.microseconds]}
+    info = codec._CLASS_INFO.get(vtype)
+    if info is not None and info[0] is not None:
+        active.add(ident)
+        fields_out = {n: _old_fast_plain(getattr(value, n), active) for n in info[1]}
+        active.discard(ident)
+        return {"!t": info[0], "!f": fields_out}
+    raise codec._Slow
+
+
+def reference_canonical(value: object, root: str = "state") -> bytes:
+    """What ``to_canonical`` returned before the fragment writer."""
+    from streams.core import codec
+
+    try:
+        plain = _old_fast_plain(value, set())
+    except codec._Slow:
+        plain = codec._to_plain(value, root, set())
+    text = json.dumps(
+        plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    )
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        bad = codec._find_unencodable(value, root, set())
+        raise UnserializableError(
+            bad or root, "string is not valid Unicode (lone surrogate)"
+        ) from exc
+
+
+def reference_encode_state(state: SessionState) -> bytes:
+    from streams.core import codec
+
+    envelope = {"format": codec.STATE_FORMAT, "version": codec.STATE_VERSION, "state": state}
+    return reference_canonical(envelope, "")
+
+
+def _outcome(fn: Any, *args: Any) -> tuple[str, Any]:
+    """("ok", bytes) or ("error", (type, str, field)) of ``fn(*args)``."""
+    try:
+        return ("ok", fn(*args))
+    except Exception as exc:  # the very exception is compared
+        return ("error", (type(exc), str(exc), getattr(exc, "field", None)))
+
+
+def assert_same_as_reference(value: object, root: str = "state") -> None:
+    """to_canonical equals the reference, cold and again with the cache warm."""
+    want = _outcome(reference_canonical, value, root)
+    assert _outcome(to_canonical, value, root) == want
+    assert _outcome(to_canonical, value, root) == want  # second time: cached fragments
+
+
+@pytest.fixture(autouse=True)
+def _fresh_fragment_cache() -> Any:
+    from streams.core import codec
+
+    codec.clear_fragment_cache()
+    yield
+    codec.clear_fragment_cache()
+
+
+@dataclass(frozen=True)
+class Leaf:
+    a: Any = None
+    b: Any = None
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    z_last: Any
+    left: Any
+    right: Any = None
+
+
+@dataclass(frozen=True)
+class Empty:
+    pass
+
+
+# -------------------------------------------------------- (a) real engine states
+
+
+def _sim_events(kind: str, seed: int, sid: str, n: int) -> list[Any]:
+    """TraceEvents as the SDK publisher would send for a simulated session, with a
+    snapshot control event after 40 events and a restore of it after 120."""
+    import random
+
+    from streams.core.events import TraceEvent
+    from streams.sim.scenarios import session_script, task_for
+
+    rng = random.Random(seed)
+    ts = 1_700_000_000_000
+    out = [
+        TraceEvent(
+            type="session_start",
+            session_id=sid,
+            seq=0,
+            timestamp_ms=ts,
+            metadata={"task": task_for(kind)},  # type: ignore[arg-type]
+        )
+    ]
+    call_ids: dict[int, str] = {}
+    for a in session_script(kind, seed):  # type: ignore[arg-type]
+        if len(out) >= n:
+            break
+        ts += rng.randint(200, 4000)
+        common: dict[str, Any] = {"session_id": sid, "seq": len(out), "timestamp_ms": ts}
+        if len(out) in (40, 120):
+            ctl = "snapshot" if len(out) == 40 else "restore"
+            out.append(TraceEvent(type=ctl, metadata={"snapshot_id": "p40"}, **common))
+            common["seq"] += 1
+        if a.kind == "tool_call":
+            assert a.call is not None
+            call_ids[a.call] = cid = f"c{a.call}"
+            ev = TraceEvent(
+                type="tool_call", call_id=cid, tool_name=a.tool_name, input=a.input, **common
+            )
+        elif a.kind == "tool_result":
+            assert a.call is not None
+            ev = TraceEvent(
+                type="tool_result",
+                call_id=call_ids.pop(a.call),
+                tool_name=a.tool_name,
+                output=a.output,
+                is_error=a.is_error,
+                error_message=a.error,
+                latency_ms=a.latency_ms,
+                **common,
+            )
+        elif a.kind == "model_step":
+            ev = TraceEvent(
+                type="model_step",
+                text=a.text,
+                input_tokens=a.input_tokens,
+                output_tokens=a.output_tokens,
+                **common,
+            )
+        else:
+            ev = TraceEvent(type="budget", budget=Budget(max_tokens=a.max_tokens), **common)
+        out.append(ev)
+    return out
+
+
+@pytest.mark.parametrize("kind", ["healthy", "looping", "stalled", "budget_burner"])
+def test_engine_states_byte_identical_to_reference_after_every_event(kind: str) -> None:
+    from streams.core import codec
+    from streams.core.engine import SessionEngine
+
+    encoded = 0
+    for seed in range(8) if kind == "healthy" else (7,):  # healthy sessions are short
+        eng = SessionEngine.create(f"s-{kind}-{seed}")
+        for ev in _sim_events(kind, seed, f"s-{kind}-{seed}", 200):
+            eng.on_event(ev)
+            state = eng.snapshot()
+            data = encode_state(state)
+            assert data == reference_encode_state(state), f"seed {seed} after seq {ev.seq}"
+            assert to_canonical(state) == reference_canonical(state)
+            encoded += 1
+    assert encoded >= 100
+    # the cache was in use: records from earlier encodes are still held
+    held = [e[0] for e in (*codec._frag_new.values(), *codec._frag_old.values())]
+    assert sum(type(o).__name__ == "ToolCallRecord" for o in held) >= 20
+    # and a state decoded back (all new objects) still gives the same bytes
+    assert encode_state(decode_state(data)) == data
+
+
+def test_interleaved_sessions_share_one_cache() -> None:
+    from streams.core.engine import SessionEngine
+
+    engines = {k: SessionEngine.create(f"s-{k}") for k in ("healthy", "looping")}
+    streams = {k: _sim_events(k, 3, f"s-{k}", 120) for k in engines}
+    for i in range(120):
+        for k, eng in engines.items():
+            if i < len(streams[k]):
+                eng.on_event(streams[k][i])
+            state = eng.snapshot()
+            assert encode_state(state) == reference_encode_state(state)
+
+
+# ------------------------------------------------------------ (b) edge cases
+
+EDGE_VALUES: list[Any] = [
+    "",
+    "plain ascii",
+    "é日本語😀",
+    'quote " backslash \\ slash /',
+    "\b\f\n\r\t",
+    "".join(chr(c) for c in range(0x20)) + "\x7f\x80\x9f",
+    "\u2028\u2029\ufeff\ufffd\U0010ffff",
+    0,
+    -1,
+    2**63,
+    -(2**100),
+    10**4000,
+    True,
+    False,
+    None,
+    0.1,
+    1e300,
+    -0.0,
+    0.0,
+    5e-324,
+    1e16,
+    1.0,
+    -1.5e-7,
+    (),
+    ((),),
+    (1, (2, (3, ("x", None)))),
+    [],
+    [[]],
+    [(1, [2]), {"k": []}],
+    {},
+    {"a": {}},
+    {"b": 1, "a": 2, "A": 3, "é": 4, "\x00": 5, "": 6, "aa": 7, "😀": 8, "\uffff": 9},
+    {"!t": 1},
+    {"a": {"!x": [1]}},
+    {"!": None},
+    {"x!": 1, "ok": "!"},
+    timedelta(0),
+    timedelta(days=-1, seconds=5, microseconds=7),
+    timedelta(days=999_999, seconds=86_399, microseconds=999_999),
+    Leaf(),
+    Leaf("é\n", (1.5, -0.0)),
+    Leaf({"k": [1, 2]}, Leaf(timedelta(seconds=3))),
+    Node(1, Leaf([Leaf()]), (Leaf({"!d": 1}),)),
+    Empty(),
+    (Empty(), Empty()),
+    Budget(max_tokens=5),
+    {"nested": (Leaf(), [Leaf(a={})], {"d": Node("z", "l")})},
+]
+
+
+@pytest.mark.parametrize("value", EDGE_VALUES, ids=lambda v: repr(v)[:40])
+def test_edge_values_match_reference(value: Any) -> None:
+    assert_same_as_reference(value)
+    assert_same_as_reference({"wrapped": value, "twice": value, "in": (value,)})
+
+
+def test_shared_records_are_written_at_every_place() -> None:
+    shared = Leaf({"k": 1})  # holds a dict: text around it is cached, the dict is not
+    inner = Leaf(1, "x")  # deeply immutable: cached whole
+    value = Node((shared, inner), [shared, inner], {"s": shared, "i": inner})
+    assert_same_as_reference(value)
+    assert to_canonical(value).count(b'{"!f":{"a":{"k":1},"b":null}') == 3
+
+
+# Error cases: the fast writer must hand over to the path-tracking walk, which
+# gives the same error, with the same field path, as before.
+def _cyclic_leaf() -> Leaf:
+    leaf = Leaf()
+    object.__setattr__(leaf, "a", (1, leaf))
+    return leaf
+
+
+def _cyclic_list_in_record() -> Leaf:
+    items: list[Any] = []
+    leaf = Leaf(items)
+    items.append(leaf)
+    return leaf
+
+
+ERROR_VALUES: list[tuple[Any, str, str]] = [
+    ({"x": float("nan")}, "state.x", "finite"),
+    ({"x": (1, float("-inf"))}, "state.x[1]", "finite"),
+    (Leaf(1, Leaf(b=float("inf"))), "state.b.b", "finite"),
+    ({"k": {1: "a"}}, "state.k[1]", "str keys"),
+    ({"k": {"b": 1, 2: "a"}}, "state.k[2]", "str keys"),
+    (Leaf({None: 1}), "state.a[None]", "str keys"),
+    ({"n": NotFrozen(1)}, "state.n", "not frozen"),
+    (Leaf(NotFrozen(1)), "state.a", "not frozen"),
+    ({"c": Leaf}, "state.c", "class object"),
+    ({"s": {1, 2}}, "state.s", "canonical order"),
+    ({"b": bytearray(b"x")}, "state.b", "JSON text was expected"),
+    ({"f": len}, "state.f", "code"),
+    ({"o": object()}, "state.o", "unknown object"),
+    (Leaf(a=Leaf(b=(1, object()))), "state.a.b[1]", "unknown object"),
+    ({"s": "\ud800"}, "state.s", "lone surrogate"),
+    (Leaf(b=("ok", "x\udfffy")), "state.b[1]", "lone surrogate"),
+    ({"k": {"\udc80": 1}}, "state.k['\\udc80']", "lone surrogate"),
+    (_cyclic_leaf(), "state.a[1]", "cycle"),
+    (_cyclic_list_in_record(), "state.a[0]", "cycle"),
+]
+
+
+@pytest.mark.parametrize(("value", "path", "why"), ERROR_VALUES, ids=lambda v: repr(v)[:30])
+def test_errors_match_reference_with_the_same_path(value: Any, path: str, why: str) -> None:
+    for _ in range(2):  # the second time, parts of the value are cached
+        with pytest.raises(UnserializableError) as info:
+            to_canonical(value)
+        assert info.value.field == path
+        assert why in str(info.value)
+    assert_same_as_reference(value)
+
+
+def test_subclasses_of_json_types_and_timedelta_take_the_slow_path() -> None:
+    class MyInt(int):
+        pass
+
+    class MyTd(timedelta):
+        pass
+
+    class MyTuple(tuple):  # type: ignore[type-arg]
+        pass
+
+    for value in (MyInt(3), MyTd(1), MyTuple((1,))):
+        assert_same_as_reference({"v": value})
+        assert_same_as_reference(Leaf(value))
+
+
+def test_int_too_long_for_str_raises_the_same_valueerror() -> None:
+    import sys
+
+    huge = 10 ** (sys.get_int_max_str_digits() + 5)
+    want = _outcome(reference_canonical, Leaf(huge))
+    assert want[0] == "error" and want[1][0] is ValueError
+    assert _outcome(to_canonical, Leaf(huge)) == want
+    # a finite-number error found first by the old walk still wins
+    assert _outcome(to_canonical, Leaf(float("nan"), huge)) == _outcome(
+        reference_canonical, Leaf(float("nan"), huge)
+    )
+
+
+def test_deep_nesting_matches_reference() -> None:
+    value: Any = "leaf"
+    for i in range(200):
+        value = Leaf(value, i) if i % 3 else ((value,), [i])
+    assert_same_as_reference(value)
+
+
+any_text = st.text(st.characters(blacklist_categories=()), max_size=8)
+any_scalar = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**80), max_value=2**80),
+    st.floats(),  # nan and infinities included: errors must match too
+    any_text,
+    st.builds(timedelta, st.integers(-5, 5), st.integers(0, 86_399), st.integers(0, 999_999)),
+)
+any_value = st.recursive(
+    any_scalar,
+    lambda children: st.one_of(
+        st.lists(children, max_size=4),
+        st.lists(children, max_size=4).map(tuple),
+        st.dictionaries(any_text, children, max_size=4),
+        st.builds(Leaf, children, children),
+        st.builds(Node, children, children, children),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=400, deadline=None)
+@given(any_value)
+def test_random_values_match_reference(value: Any) -> None:
+    assert_same_as_reference(value)
+
+
+# ------------------------------------------------------------ (c) the cache
+
+
+def test_equal_but_distinct_objects_give_the_same_bytes_and_own_entries() -> None:
+    from streams.core import codec
+
+    one, two = Leaf("x", (1, 2.5)), Leaf("x", (1, 2.5))
+    assert one == two and one is not two
+    assert to_canonical(one) == to_canonical(two) == reference_canonical(one)
+    assert codec._frag_new[id(one)][0] is one
+    assert codec._frag_new[id(two)][0] is two
+
+
+def test_a_live_cached_object_is_served_from_the_cache() -> None:
+    from streams.core import codec
+
+    leaf = Leaf("x", 1)
+    outer = {"leaf": leaf}
+    before = to_canonical(outer)
+    assert codec._frag_new[id(leaf)] == (leaf, '{"!f":{"a":"x","b":1},"!t":"test_codec:Leaf"}')
+    # plant a marker in the entry: the next encode must use it verbatim
+    codec._frag_new[id(leaf)] = (leaf, '"FROM-CACHE"')
+    assert to_canonical(outer) == b'{"leaf":"FROM-CACHE"}'
+    # an equal but different object is not served another object's entry
+    assert to_canonical({"leaf": Leaf("x", 1)}) == before
+
+
+def test_an_entry_for_another_object_under_the_same_id_is_ignored() -> None:
+    from streams.core import codec
+
+    leaf, other = Leaf("x", 1), Leaf("y", 2)
+    codec._frag_new[id(leaf)] = (other, '"WRONG-NEW"')
+    codec._frag_old[id(leaf)] = (other, '"WRONG-OLD"')
+    assert to_canonical(leaf) == reference_canonical(leaf)
+    assert codec._frag_new[id(leaf)][0] is leaf
+
+
+def test_records_holding_dicts_or_lists_are_rewritten_after_in_place_changes() -> None:
+    params: dict[str, Any] = {"cmd": "ls"}
+    log: list[Any] = [1]
+    rec = Leaf(params, (Leaf("imm"), log))
+    plain_rec = Leaf(params)  # holds no other record: cached at once
+    value = Node(rec, (rec, rec, plain_rec), {"again": rec, "p": plain_rec})
+    seen = set()
+    for i in range(4):  # cold, then cached (composites from the second time on)
+        params["cmd"] = f"command-{i}"
+        if i:
+            params[f"new{i}"] = [2.5, {"i": i}]
+            log.append({"k": f"v{i}"})
+        data = to_canonical(value)
+        assert data == reference_canonical(value)
+        assert data.count(f'"cmd":"command-{i}"'.encode()) == 6
+        assert data.count(f'"k":"v{i}"'.encode()) == (4 if i else 0)
+        seen.add(data)
+    assert len(seen) == 4
+
+
+def test_deeply_immutable_records_are_cached_whole_others_around_their_dicts() -> None:
+    from streams.core import codec
+
+    imm = Leaf(1, (Leaf("a"), timedelta(seconds=1)))
+    mut = Leaf(imm, {"k": 1})
+    to_canonical(mut)
+    to_canonical(mut)  # composites are cached when met a second time
+    assert isinstance(codec._frag_new[id(imm)][1], str)
+    _head, rest = codec._frag_new[id(mut)][1]
+    assert [name for name, _ in rest] == ["b"]
+    assert codec._frag_new[id(imm.b[0])] == (
+        imm.b[0],
+        '{"!f":{"a":"a","b":null},"!t":"test_codec:Leaf"}',
+    )
+    # the inner tuple is not cached on its own (tuples are usually rebuilt)
+    assert id(imm.b) not in codec._frag_new
+
+
+def test_generation_eviction_and_promotion(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streams.core import codec
+
+    monkeypatch.setattr(codec, "_FRAGMENT_CACHE_LIMIT", 3)
+    leaves = [Leaf(i) for i in range(8)]
+
+    def where(leaf: Leaf) -> str:
+        if id(leaf) in codec._frag_new and codec._frag_new[id(leaf)][0] is leaf:
+            return "new"
+        if id(leaf) in codec._frag_old and codec._frag_old[id(leaf)][0] is leaf:
+            return "old"
+        return "-"
+
+    for leaf in leaves[:3]:
+        to_canonical(leaf)
+    assert [where(x) for x in leaves[:3]] == ["new"] * 3 and not codec._frag_old
+    to_canonical(leaves[3])  # the 4th entry exceeds the limit: new becomes old
+    assert [where(x) for x in leaves[:4]] == ["old"] * 4 and not codec._frag_new
+    assert to_canonical(leaves[1]) == reference_canonical(leaves[1])  # a hit in old...
+    assert where(leaves[1]) == "new"  # ...is promoted
+    for leaf in leaves[4:7]:  # 4 entries in new again: rotate, dropping the old old
+        to_canonical(leaf)
+    assert [where(x) for x in leaves] == ["-", "old", "-", "-", "old", "old", "old", "-"]
+    assert len(codec._frag_old) == 4 and not codec._frag_new
+    for leaf in leaves:  # evicted ones are simply written again
+        assert to_canonical(leaf) == reference_canonical(leaf)
+    codec.clear_fragment_cache()
+    assert not codec._frag_new and not codec._frag_old
+
+
+def test_long_fragments_are_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streams.core import codec
+
+    monkeypatch.setattr(codec, "_FRAGMENT_MAX_CHARS", 60)
+    small, big = Leaf(1), Leaf("x" * 20)  # 47 and 68 chars
+    outer = Leaf(small, big)
+    for _ in range(3):
+        assert to_canonical(outer) == reference_canonical(outer)
+    assert id(small) in codec._frag_new
+    assert id(big) not in codec._frag_new and id(outer) not in codec._frag_new
+
+
+def test_a_cycle_made_after_caching_is_still_detected() -> None:
+    from streams.core import codec
+
+    items: list[Any] = []
+    leaf = Leaf(items, 1)
+    assert to_canonical(leaf) == reference_canonical(leaf)  # cached around the list
+    items.append(Node(1, leaf))
+    with pytest.raises(codec._Slow):  # detected by the fast writer itself
+        codec._frag(leaf, codec._Walk())
+    with pytest.raises(UnserializableError, match="cycle") as info:
+        to_canonical(leaf)
+    assert info.value.field == "state.a[0].left"
+
+
+def test_records_holding_records_are_cached_when_met_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from streams.core import codec
+
+    inner = Leaf("in")
+    outer = Node(1, inner, (Leaf(2),))
+    assert to_canonical(outer) == reference_canonical(outer)
+    assert id(inner) in codec._frag_new  # holds no record: cached at once
+    assert id(outer) not in codec._frag_new and codec._probation[id(outer)] is outer
+    # an equal but different composite is not let in by the first one's visit
+    twin = Node(1, inner, (Leaf(2),))
+    assert to_canonical(twin) == reference_canonical(outer)
+    assert id(twin) not in codec._frag_new and id(twin) in codec._probation
+    assert to_canonical(outer) == reference_canonical(outer)  # met again: cached
+    assert codec._frag_new[id(outer)] == (outer, to_canonical(outer).decode())
+    assert id(outer) not in codec._probation
+    # a waiting entry for another object under the same id lets nothing in
+    other = Node(2, inner)
+    codec._probation[id(other)] = outer
+    assert to_canonical(other) == reference_canonical(other)
+    assert id(other) not in codec._frag_new and codec._probation[id(other)] is other
+    # the waiting room is bounded
+    monkeypatch.setattr(codec, "_PROBATION_LIMIT", 3)
+    codec.clear_fragment_cache()
+    nodes = [Node(i, Leaf(i)) for i in range(4)]
+    for node in nodes[:3]:
+        to_canonical(node)
+    assert [codec._probation.get(id(x)) is x for x in nodes] == [True, True, True, False]
+    to_canonical(nodes[3])  # a fourth one overflows it: emptied
+    assert not codec._probation
+    for node in nodes:  # so none of them is cached yet, and it overflows again
+        assert to_canonical(node) == reference_canonical(node)
+    assert not codec._probation
+    assert all(id(x) not in codec._frag_new for x in nodes)
+    for node in nodes[:3]:  # met twice between overflows: cached
+        to_canonical(node)
+        to_canonical(node)
+    assert all(codec._frag_new[id(x)][0] is x for x in nodes[:3])

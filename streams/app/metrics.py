@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
@@ -65,6 +65,7 @@ class WorkerMetrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry()
         r = self.registry
+        self._event_children: dict[str, Any] = {}
         self.events = Counter(
             "trajectory_worker_events",
             "Events taken from <prefix>.events and processed (applied or duplicate), by type",
@@ -117,7 +118,10 @@ class WorkerMetrics:
     # -- hooks called by the processing loop ------------------------------
     def on_event(self, event_type: str, started_ns: int, timestamp_ms: int | None = None) -> None:
         """One event processed; ``started_ns`` is ``time.perf_counter_ns()`` at its start."""
-        self.events.labels(event_type).inc()
+        child = self._event_children.get(event_type)
+        if child is None:  # labels() takes a lock and builds a key: once per type
+            child = self._event_children[event_type] = self.events.labels(event_type)
+        child.inc()
         self.processing.observe(max(0, time.perf_counter_ns() - started_ns) / 1e9)
         if timestamp_ms is not None:
             lag = max(0.0, time.time() - timestamp_ms / 1000.0)

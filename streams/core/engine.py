@@ -51,7 +51,6 @@ from streams.core.errors import ConfigError, InvalidEventError
 from streams.core.events import META_OBSERVER_PROFILE, META_SNAPSHOT_ID, Budget, TraceEvent
 from streams.core.observers import (
     AnalysisView,
-    DeadlineAware,
     ObserverConfig,
     ObserverContext,
     ObserverState,
@@ -513,8 +512,9 @@ class SessionEngine:
 
 
 def _watches_deadline(oc: ObserverConfig) -> bool:
-    obs = oc.observer
-    return isinstance(obs, DeadlineAware) and bool(obs.reports_deadline)
+    # getattr, not isinstance(obs, DeadlineAware): a runtime Protocol check costs
+    # ~30 µs and this runs for every observer on every assessed event
+    return bool(getattr(oc.observer, "reports_deadline", False))
 
 
 __all__ = [

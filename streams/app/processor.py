@@ -75,6 +75,21 @@ class TableWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingWrite:
+    """A dirty value taken by :meth:`EventProcessor.take_dirty`, to be encoded."""
+
+    table: TableName
+    partition: int | None
+    key: bytes
+    value: SessionCounters | BudgetState | MinuteCounts | SessionState
+
+    def encode(self) -> TableWrite:
+        v = self.value
+        data = encode_state(v) if isinstance(v, SessionState) else v.encode()
+        return TableWrite(self.table, self.partition, self.key, data)
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyResult:
     """What one event did: ``applied`` is False for an already-applied seq."""
 
@@ -409,31 +424,40 @@ class EventProcessor:
 
     # ------------------------------------------------------------------- flush
 
-    def collect(self) -> list[TableWrite]:
-        """Encode every dirty value (once) and clear the dirty sets."""
+    def take_dirty(self) -> list[PendingWrite]:
+        """Every dirty value *as of now* (immutable, not yet encoded); clears the dirty sets.
+
+        Cheap (an engine snapshot is a tree of frozen values, no encoding), so the
+        worker takes it under the batch lock and encodes afterwards in chunks,
+        letting batches run in between (``PendingWrite.encode`` gives the bytes of
+        the value at the time of this call, whatever the session does next).
+        """
         part = self._partition.get
-        writes: list[TableWrite] = []
+        pending: list[PendingWrite] = []
         for sid in self._dirty_sessions:
             s = self._sessions.get(sid)
             if s is not None:
-                writes.append(TableWrite("sessions", part(sid), sid.encode(), s.encode()))
+                pending.append(PendingWrite("sessions", part(sid), sid.encode(), s))
         for sid in self._dirty_budgets:
             b = self._budgets.get(sid)
             if b is not None:
-                writes.append(TableWrite("budgets", part(sid), sid.encode(), b.encode()))
+                pending.append(PendingWrite("budgets", part(sid), sid.encode(), b))
         for mkey, (sid, m) in self._dirty_minutes.items():
-            writes.append(TableWrite("minutes", part(sid), mkey.encode(), m.encode()))
+            pending.append(PendingWrite("minutes", part(sid), mkey.encode(), m))
         for sid in self._dirty_engines:
             e = self._engines.get(sid)
             if e is not None:
-                data = encode_state(e.snapshot())
-                writes.append(TableWrite("engines", part(sid), sid.encode(), data))
+                pending.append(PendingWrite("engines", part(sid), sid.encode(), e.snapshot()))
         self._dirty_sessions.clear()
         self._dirty_budgets.clear()
         self._dirty_minutes.clear()
         self._dirty_engines.clear()
-        self.flushed_values += len(writes)
-        return writes
+        self.flushed_values += len(pending)
+        return pending
+
+    def collect(self) -> list[TableWrite]:
+        """Encode every dirty value (once) and clear the dirty sets."""
+        return [p.encode() for p in self.take_dirty()]
 
     def flush(self) -> int:
         """Collect and write into the tables given to the constructor (dict tables,
@@ -463,6 +487,7 @@ __all__ = [
     "BytesTable",
     "EventProcessor",
     "Lineage",
+    "PendingWrite",
     "TableWrite",
     "TimerAssessment",
     "write_all",

@@ -246,7 +246,8 @@ def test_sigkill_mid_stream_loses_no_pattern_and_matches_offline(
 ) -> None:
     from streams.app.topics import ensure_topics
 
-    events = sim_events(6_000, 60, seed=3, prefix="kill")
+    # big enough that the kill lands mid-stream: one worker applies ~10k events/s
+    events = sim_events(30_000, 60, seed=3, prefix="kill")
     ensure_topics(settings)  # before producing: the broker could auto-create 1 partition
     produce(settings, events)
     worker = WorkerProc(settings, tmp_path / "data")

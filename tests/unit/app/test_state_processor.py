@@ -341,3 +341,28 @@ def test_adopt_loads_open_sessions_for_the_timer_only() -> None:
     assert made[0].assessment.trigger == "timer"
     writes = p.collect()
     assert {(w.table, w.partition) for w in writes} == {("engines", 2)}
+
+
+def test_taken_values_encode_as_of_the_take_whatever_happens_next() -> None:
+    """The worker encodes taken values while later batches run: they must not change."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    from bench_worker import sim_events  # the simulator's fleet: every detector fires
+
+    events = sim_events(3_000, 40, seed=7)
+    twin_tables: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    p = EventProcessor({}, {}, {}, {})
+    twin = EventProcessor(*twin_tables)
+    cut = len(events) // 2
+    for e in events[:cut]:
+        p.apply(e)
+        twin.apply(e)
+    taken = p.take_dirty()
+    expected = {(w.table, w.key): w.value for w in twin.collect()}
+    for e in events[cut:]:
+        p.apply(e)  # the sessions go on while the taken values wait to be encoded
+    got = {(w.table, w.key): w.value for w in (t.encode() for t in taken)}
+    assert got == expected
+    assert any(t == "engines" for t, _ in got)

@@ -252,13 +252,15 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             if pending:
                 started = time.perf_counter()
                 writes = []
-                for i, p in enumerate(pending):
+                slice_end = started + flusher.SLICE_S
+                for p in pending:
                     writes.append(p.encode())
-                    if i % flusher.CHUNK == flusher.CHUNK - 1:
+                    if time.perf_counter() >= slice_end:
                         await asyncio.sleep(0)  # let fetched batches run
+                        slice_end = time.perf_counter() + flusher.SLICE_S
                 await self.app.producer.flush()
-                for i in range(0, len(writes), flusher.CHUNK * 4):
-                    flusher.write(writes[i : i + flusher.CHUNK * 4])
+                for i in range(0, len(writes), flusher.WRITE_CHUNK):
+                    flusher.write(writes[i : i + flusher.WRITE_CHUNK])
                     await asyncio.sleep(0)
                 flusher.note_flush(len(writes), time.perf_counter() - started)
         if not commit_offsets:
@@ -290,8 +292,10 @@ class StateFlusher:
 
     #: A flush (encode + producer flush + store writes) slower than this is logged.
     SLOW_FLUSH_S = 5.0
-    #: Values encoded between two yields to the event loop during a commit-time flush.
-    CHUNK = 32
+    #: A commit-time flush yields to the event loop after this much encoding...
+    SLICE_S = 0.002
+    #: ...and after this many store + changelog writes.
+    WRITE_CHUNK = 128
 
     def __init__(self, processor: EventProcessor, tables: dict[str, Any]) -> None:
         self.processor = processor

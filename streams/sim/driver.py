@@ -73,7 +73,16 @@ class _Open:
         self.call_ids: dict[int, str] = {}
 
 
-def _apply(open_: _Open, action: SimAction) -> None:
+class OpenSession(Protocol):
+    """A session being driven: its SDK ``Session`` and its open tool-call ids."""
+
+    session: Any
+    call_ids: dict[int, str]
+
+
+def apply_action(open_: OpenSession, action: SimAction) -> None:
+    """Publish one simulated action through the SDK session (the one place that
+    maps :class:`SimAction` to SDK calls; ``tests/bench/bench_latency.py`` uses it too)."""
     s = open_.session
     if action.kind == "tool_call":
         assert action.tool_name is not None and action.call is not None
@@ -145,7 +154,7 @@ def drive(
                 report.ended += 1
             else:
                 assert step.action is not None
-                _apply(sessions[step.session_id], step.action)
+                apply_action(sessions[step.session_id], step.action)
             report.events += 1
             report.events_per_session[step.session_id] += 1
             if progress is not None and clock() >= next_progress:

@@ -40,6 +40,7 @@ import itertools
 import json
 import os
 import random
+import shlex
 import signal
 import subprocess
 import sys
@@ -59,7 +60,8 @@ from streams.broker import LocalBroker, free_port, kafka_ready, parse_bootstrap 
 from streams.sdk import Publisher  # noqa: E402
 from streams.sdk.subscriber import AssessmentSubscriber  # noqa: E402
 from streams.settings import Settings  # noqa: E402
-from streams.sim.scenarios import SimAction, session_script  # noqa: E402
+from streams.sim.driver import apply_action  # noqa: E402
+from streams.sim.scenarios import session_script  # noqa: E402
 
 KINDS = ("looping", "stalled", "budget_burner")
 
@@ -189,29 +191,7 @@ class Agent:
         self.call_ids: dict[int, str] = {}
 
     def step(self) -> None:
-        a: SimAction = next(self.script)
-        s = self.session
-        if a.kind == "tool_call":
-            assert a.tool_name is not None and a.call is not None
-            self.call_ids[a.call] = s.tool_call(a.tool_name, a.input)
-        elif a.kind == "tool_result":
-            assert a.call is not None
-            s.tool_result(
-                self.call_ids.pop(a.call),
-                a.output,
-                is_error=a.is_error,
-                error=a.error,
-                latency_ms=a.latency_ms,
-            )
-        elif a.kind == "model_step":
-            s.model_step(
-                a.text,
-                input_tokens=a.input_tokens,
-                output_tokens=a.output_tokens,
-                latency_ms=a.latency_ms,
-            )
-        else:  # budget
-            s.budget(max_tokens=a.max_tokens, tokens_used=0)
+        apply_action(self, next(self.script))
 
 
 @dataclass
@@ -270,6 +250,11 @@ def main() -> int:
     ap.add_argument("--partitions", type=int, default=6, help="<prefix>.events partitions")
     ap.add_argument("--drain-timeout", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--router-args",
+        default="",
+        help="extra router flags, e.g. --router-args='--guarantee at-least-once'",
+    )
     ap.add_argument(
         "--keep-topics", action="store_true", help="do not delete this run's topics at the end"
     )
@@ -335,6 +320,7 @@ def main() -> int:
                         str(batch_ms),
                         "--status-every",
                         "0",
+                        *shlex.split(args.router_args),
                     ],
                     work / f"router-{batch_ms}.log",
                 )

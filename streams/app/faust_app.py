@@ -573,6 +573,7 @@ def create_app(
             # change whose assessment is not yet handed to the producer
             async with handler.lock:
                 for ta in processor.on_timer(int(time.time() * 1000)):
+                    metrics.on_assessment(ta.assessment)  # counted like event-made ones
                     for rec in timer_encoder.timer_records(ta):
                         await _send(out_topics[rec.kind].get_topic_name(), rec.key, rec.value, None)
 

@@ -26,13 +26,11 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import random
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, cast
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -40,117 +38,19 @@ if str(ROOT) not in sys.path:
 
 from streams.core import codec  # noqa: E402
 from streams.core.engine import SessionEngine, SessionState  # noqa: E402
-from streams.core.events import Budget, TraceEvent  # noqa: E402
-from streams.sim.scenarios import SESSION_KINDS, session_script, task_for  # noqa: E402
+from streams.core.events import TraceEvent  # noqa: E402
+from streams.sim.events import session_events  # noqa: E402
+from streams.sim.scenarios import SESSION_KINDS  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "tests" / "unit" / "core"))
+from codec_reference import reference_encode_state as old_encode_state  # noqa: E402
 
 T0 = 1_700_000_000_000
 
 
 def sim_events(kind: str, seed: int, sid: str) -> Iterator[TraceEvent]:
     """The TraceEvents an SDK publisher would send for ``session_script(kind, seed)``."""
-    rng = random.Random(seed)
-    ts = T0 + seed
-    yield TraceEvent(
-        type="session_start",
-        session_id=sid,
-        seq=0,
-        timestamp_ms=ts,
-        metadata={"task": task_for(kind)},  # type: ignore[arg-type]
-    )
-    seq = 1
-    call_ids: dict[int, str] = {}
-    for a in session_script(kind, seed):  # type: ignore[arg-type]
-        ts += rng.randint(200, 4000)
-        common: dict[str, Any] = {"session_id": sid, "seq": seq, "timestamp_ms": ts}
-        if a.kind == "tool_call":
-            assert a.call is not None
-            call_ids[a.call] = cid = f"{sid}-c{a.call}"
-            ev = TraceEvent(
-                type="tool_call", call_id=cid, tool_name=a.tool_name, input=a.input, **common
-            )
-        elif a.kind == "tool_result":
-            assert a.call is not None
-            ev = TraceEvent(
-                type="tool_result",
-                call_id=call_ids.pop(a.call),
-                tool_name=a.tool_name,
-                output=a.output,
-                is_error=a.is_error,
-                error_message=a.error,
-                latency_ms=a.latency_ms,
-                **common,
-            )
-        elif a.kind == "model_step":
-            ev = TraceEvent(
-                type="model_step",
-                text=a.text,
-                input_tokens=a.input_tokens,
-                output_tokens=a.output_tokens,
-                latency_ms=a.latency_ms,
-                **common,
-            )
-        else:
-            ev = TraceEvent(
-                type="budget", budget=Budget(max_tokens=a.max_tokens, tokens_used=0), **common
-            )
-        yield ev
-        seq += 1
-
-
-# ------------------------------------------------------------ the old algorithm
-
-
-def old_fast_plain(value: object, active: set[int]) -> Any:
-    """The previous hot path of ``codec`` (plain dicts for ``json.dumps``), verbatim."""
-    import math
-    from datetime import timedelta
-
-    vtype = type(value)
-    if vtype is str or vtype is int or vtype is bool or value is None:
-        return value
-    if vtype is float:
-        if not math.isfinite(cast(float, value)):
-            raise codec._Slow
-        return value
-    ident = id(value)
-    if ident in active:
-        raise codec._Slow
-    if vtype is tuple or vtype is list:
-        active.add(ident)
-        arr = [old_fast_plain(v, active) for v in cast("tuple[object, ...]", value)]
-        active.discard(ident)
-        return arr if vtype is tuple else {"!list": arr}
-    if vtype is dict:
-        active.add(ident)
-        out: dict[str, Any] = {}
-        for k, v in cast("dict[object, object]", value).items():
-            if type(k) is not str or k.startswith("!"):
-                raise codec._Slow
-            out[k] = old_fast_plain(v, active)
-        active.discard(ident)
-        return out
-    if vtype is timedelta:
-        td = cast(timedelta, value)
-        return {"!td": [td.days, td.seconds, td.microseconds]}
-    info = codec._CLASS_INFO.get(vtype)
-    if info is not None and info[0] is not None:
-        active.add(ident)
-        fields_out = {n: old_fast_plain(getattr(value, n), active) for n in info[1]}
-        active.discard(ident)
-        return {"!t": info[0], "!f": fields_out}
-    raise codec._Slow
-
-
-def old_encode_state(state: SessionState) -> bytes:
-    envelope = {"format": codec.STATE_FORMAT, "version": codec.STATE_VERSION, "state": state}
-    try:
-        plain = old_fast_plain(envelope, set())
-    except codec._Slow:
-        plain = codec._to_plain(envelope, "", set())
-    text = json.dumps(
-        plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-    return text.encode("utf-8")
+    return session_events(kind, seed, sid, t0_ms=T0 + seed)  # type: ignore[arg-type]
 
 
 # ------------------------------------------------------------------- harness

@@ -39,102 +39,14 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from streams.core.events import Budget, TraceEvent  # noqa: E402
+from streams.core.events import TraceEvent  # noqa: E402
 from streams.settings import Settings  # noqa: E402
-from streams.sim.driver import drive  # noqa: E402
-from streams.sim.fleet import FleetConfig  # noqa: E402
-
-T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-STEP_MS = 2_000  # event time between two events of one session
-
-
-class _Session:
-    """A ``SessionLike`` that appends TraceEvents (seq and event time per session)."""
-
-    def __init__(self, out: list[TraceEvent], sid: str, agent_id: str | None) -> None:
-        self.out = out
-        self.sid = sid
-        self.agent_id = agent_id
-        self.seq = 0
-        self.calls = 0
-        self.t = T0
-
-    def _add(self, type_: str, **kw: Any) -> None:
-        self.out.append(
-            TraceEvent(type_, self.sid, self.seq, self.t, agent_id=self.agent_id, **kw)  # type: ignore[arg-type]
-        )
-        self.seq += 1
-        self.t += STEP_MS
-
-    def start(self) -> None:
-        self._add("session_start")
-
-    def end(self) -> None:
-        self._add("session_end")
-
-    def tool_call(self, name: str, input: Any = None) -> str:
-        self.calls += 1
-        call_id = f"c{self.calls}"
-        self._add("tool_call", call_id=call_id, tool_name=name, input=input)
-        return call_id
-
-    def tool_result(
-        self,
-        call_id: str,
-        output: Any = None,
-        is_error: bool = False,
-        error: str | None = None,
-        latency_ms: int | None = None,
-    ) -> None:
-        self._add(
-            "tool_result",
-            call_id=call_id,
-            output=output,
-            is_error=is_error,
-            error_message=error,
-            latency_ms=latency_ms,
-        )
-
-    def model_step(
-        self,
-        text: str | None = None,
-        *,
-        input_tokens: int | None = None,
-        output_tokens: int | None = None,
-        latency_ms: int | None = None,
-    ) -> None:
-        self._add(
-            "model_step",
-            text=text,
-            input_tokens=input_tokens,
-            output_tokens=output_tokens,
-            latency_ms=latency_ms,
-        )
-
-    def budget(self, *, max_tokens: int | None = None, tokens_used: int | None = None) -> None:
-        self._add("budget", budget=Budget(max_tokens=max_tokens, tokens_used=tokens_used))
-
-
-class _Collector:
-    def __init__(self) -> None:
-        self.events: list[TraceEvent] = []
-
-    def session(self, session_id: str, **kwargs: Any) -> _Session:
-        return _Session(self.events, session_id, kwargs.get("agent_id"))
+from streams.sim.events import fleet_events  # noqa: E402
 
 
 def sim_events(n: int, sessions: int, seed: int = 0, prefix: str = "sim") -> list[TraceEvent]:
     """About ``n`` events of a simulated fleet with ``sessions`` sessions open at a time."""
-    col = _Collector()
-    rate = 1e9
-    drive(
-        col,
-        FleetConfig(sessions=sessions, seed=seed, id_prefix=prefix),
-        rate=rate,
-        duration_s=n / rate,
-        sleep=lambda s: None,
-    )
-    return col.events
+    return fleet_events(n, sessions, seed=seed, prefix=prefix)
 
 
 def produce(settings: Settings, events: list[TraceEvent]) -> float:

@@ -33,9 +33,7 @@ from test_worker import REPO, WorkerProc, produce
 from streams.core.engine import SessionEngine
 from streams.core.events import Budget, TraceEvent
 from streams.settings import Settings
-
-sys.path.insert(0, str(REPO / "tests" / "bench"))
-from bench_worker import sim_events
+from streams.sim.events import fleet_events
 
 
 def offline(events: list[TraceEvent]) -> tuple[set[tuple[str, int, str]], dict[Any, str]]:
@@ -247,7 +245,7 @@ def test_sigkill_mid_stream_loses_no_pattern_and_matches_offline(
     from streams.app.topics import ensure_topics
 
     # big enough that the kill lands mid-stream: one worker applies ~10k events/s
-    events = sim_events(30_000, 60, seed=3, prefix="kill")
+    events = fleet_events(30_000, 60, seed=3, prefix="kill")
     ensure_topics(settings)  # before producing: the broker could auto-create 1 partition
     produce(settings, events)
     worker = WorkerProc(settings, tmp_path / "data")
@@ -274,7 +272,7 @@ def test_sigkill_mid_stream_loses_no_pattern_and_matches_offline(
 def test_two_workers_publish_what_one_offline_engine_makes(
     settings: Settings, tmp_path: Path
 ) -> None:
-    events = sim_events(4_000, 40, seed=5, prefix="two")
+    events = fleet_events(4_000, 40, seed=5, prefix="two")
     a = WorkerProc(settings, tmp_path / "a")
     b = WorkerProc(settings, tmp_path / "b")
     try:

@@ -345,13 +345,9 @@ def test_adopt_loads_open_sessions_for_the_timer_only() -> None:
 
 def test_taken_values_encode_as_of_the_take_whatever_happens_next() -> None:
     """The worker encodes taken values while later batches run: they must not change."""
-    import sys
-    from pathlib import Path
+    from streams.sim.events import fleet_events  # every detector fires in this fleet
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    from bench_worker import sim_events  # the simulator's fleet: every detector fires
-
-    events = sim_events(3_000, 40, seed=7)
+    events = fleet_events(3_000, 40, seed=7)
     twin_tables: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
     p = EventProcessor({}, {}, {}, {})
     twin = EventProcessor(*twin_tables)

@@ -9,6 +9,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from codec_reference import reference_canonical, reference_encode_state
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -327,75 +328,8 @@ def test_fast_and_path_tracking_encoders_agree(state: SessionState) -> None:
 
 # ------------------------------------------- fast fragment writer and its cache
 #
-# The reference is the encoder as it was before the fragment writer: a walk to
-# plain dicts (copied here verbatim, so a change to the module cannot move the
-# reference with it), else the module's path-tracking walk, then json.dumps.
-
-
-def _old_fast_plain(value: object, active: set[int]) -> Any:
-    from streams.core import codec
-
-    vtype = type(value)
-    if vtype is str or vtype is int or vtype is bool or value is None:
-        return value
-    if vtype is float:
-        if not math.isfinite(value):  # type: ignore[arg-type]
-            raise codec._Slow
-        return value
-    ident = id(value)
-    if ident in active:
-        raise codec._Slow
-    if vtype is tuple or vtype is list:
-        active.add(ident)
-        arr = [_old_fast_plain(v, active) for v in value]  # type: ignore[attr-defined]
-        active.discard(ident)
-        return arr if vtype is tuple else {"!list": arr}
-    if vtype is dict:
-        active.add(ident)
-        out: dict[str, Any] = {}
-        for k, v in value.items():  # type: ignore[attr-defined]
-            if type(k) is not str or k.startswith("!"):
-                raise codec._Slow
-            out[k] = _old_fast_plain(v, active)
-        active.discard(ident)
-        return out
-    if vtype is timedelta:
-        td: Any = value
-        return {"!td": [td.days, td.seconds, td.microseconds]}
-    info = codec._CLASS_INFO.get(vtype)
-    if info is not None and info[0] is not None:
-        active.add(ident)
-        fields_out = {n: _old_fast_plain(getattr(value, n), active) for n in info[1]}
-        active.discard(ident)
-        return {"!t": info[0], "!f": fields_out}
-    raise codec._Slow
-
-
-def reference_canonical(value: object, root: str = "state") -> bytes:
-    """What ``to_canonical`` returned before the fragment writer."""
-    from streams.core import codec
-
-    try:
-        plain = _old_fast_plain(value, set())
-    except codec._Slow:
-        plain = codec._to_plain(value, root, set())
-    text = json.dumps(
-        plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    )
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        bad = codec._find_unencodable(value, root, set())
-        raise UnserializableError(
-            bad or root, "string is not valid Unicode (lone surrogate)"
-        ) from exc
-
-
-def reference_encode_state(state: SessionState) -> bytes:
-    from streams.core import codec
-
-    envelope = {"format": codec.STATE_FORMAT, "version": codec.STATE_VERSION, "state": state}
-    return reference_canonical(envelope, "")
+# The reference (the encoder before the fragment writer) is in codec_reference.py,
+# shared with tests/bench/bench_codec.py.
 
 
 def _outcome(fn: Any, *args: Any) -> tuple[str, Any]:
@@ -444,63 +378,29 @@ class Empty:
 
 
 def _sim_events(kind: str, seed: int, sid: str, n: int) -> list[Any]:
-    """TraceEvents as the SDK publisher would send for a simulated session, with a
-    snapshot control event after 40 events and a restore of it after 120."""
-    import random
+    """A simulated session's events, with a snapshot control event after 40
+    events and a restore of it after 120 (seqs renumbered around them)."""
+    from dataclasses import replace
 
     from streams.core.events import TraceEvent
-    from streams.sim.scenarios import session_script, task_for
+    from streams.sim.events import session_events
 
-    rng = random.Random(seed)
-    ts = 1_700_000_000_000
-    out = [
-        TraceEvent(
-            type="session_start",
-            session_id=sid,
-            seq=0,
-            timestamp_ms=ts,
-            metadata={"task": task_for(kind)},  # type: ignore[arg-type]
-        )
-    ]
-    call_ids: dict[int, str] = {}
-    for a in session_script(kind, seed):  # type: ignore[arg-type]
+    out: list[TraceEvent] = []
+    for ev in session_events(kind, seed, sid, t0_ms=1_700_000_000_000):  # type: ignore[arg-type]
         if len(out) >= n:
             break
-        ts += rng.randint(200, 4000)
-        common: dict[str, Any] = {"session_id": sid, "seq": len(out), "timestamp_ms": ts}
         if len(out) in (40, 120):
             ctl = "snapshot" if len(out) == 40 else "restore"
-            out.append(TraceEvent(type=ctl, metadata={"snapshot_id": "p40"}, **common))
-            common["seq"] += 1
-        if a.kind == "tool_call":
-            assert a.call is not None
-            call_ids[a.call] = cid = f"c{a.call}"
-            ev = TraceEvent(
-                type="tool_call", call_id=cid, tool_name=a.tool_name, input=a.input, **common
+            out.append(
+                TraceEvent(
+                    type=ctl,
+                    session_id=sid,
+                    seq=len(out),
+                    timestamp_ms=ev.timestamp_ms,
+                    metadata={"snapshot_id": "p40"},
+                )
             )
-        elif a.kind == "tool_result":
-            assert a.call is not None
-            ev = TraceEvent(
-                type="tool_result",
-                call_id=call_ids.pop(a.call),
-                tool_name=a.tool_name,
-                output=a.output,
-                is_error=a.is_error,
-                error_message=a.error,
-                latency_ms=a.latency_ms,
-                **common,
-            )
-        elif a.kind == "model_step":
-            ev = TraceEvent(
-                type="model_step",
-                text=a.text,
-                input_tokens=a.input_tokens,
-                output_tokens=a.output_tokens,
-                **common,
-            )
-        else:
-            ev = TraceEvent(type="budget", budget=Budget(max_tokens=a.max_tokens), **common)
-        out.append(ev)
+        out.append(replace(ev, seq=len(out)))
     return out
 
 

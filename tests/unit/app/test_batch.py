@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from test_outputs import looping  # tests/unit/app is on sys.path
 
 from streams.app.batch import EventBatchHandler
 from streams.app.outputs import OutputEncoder
@@ -32,27 +33,6 @@ class Rec:
     value: bytes | None
     topic: str = "t.events"
     partition: int = 0
-
-
-def looping(n: int) -> list[TraceEvent]:
-    """n failing run_tests calls in a row (a doom loop), session s1."""
-    out: list[TraceEvent] = []
-    for i in range(n):
-        ts = 1_767_225_600_000 + i * 2000
-        call = dict(call_id=f"c{i}", tool_name="run_tests")
-        out.append(TraceEvent("tool_call", "s1", 2 * i, ts, input={"cmd": "pytest"}, **call))
-        out.append(
-            TraceEvent(
-                "tool_result",
-                "s1",
-                2 * i + 1,
-                ts + 500,
-                is_error=True,
-                error_message="AssertionError: assert 404 == 200",
-                **call,
-            )
-        )
-    return out
 
 
 def records(events: list[TraceEvent], start: int = 0) -> list[Rec]:

@@ -16,10 +16,7 @@ the produced events (the same pure core, no Kafka), never from the worker.
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 import time
 import urllib.error
 from collections import defaultdict
@@ -27,8 +24,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from router_proc import RouterProc
 from test_pipeline import read_all  # tests/integration is on sys.path
-from test_worker import REPO, WorkerProc, produce
+from test_worker import WorkerProc, produce
 
 from streams.core.engine import SessionEngine
 from streams.core.events import Budget, TraceEvent
@@ -112,24 +110,7 @@ def test_looping_agent_through_sdk_and_router_gets_doom_loop_and_warning(
     from streams.sdk import Publisher
 
     worker = WorkerProc(settings, tmp_path / "data")
-    router_log = (tmp_path / "router.log").open("wb")
-    router = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streams.commands.router",
-            "--bootstrap",
-            settings.bootstrap,
-            "--prefix",
-            settings.prefix,
-            "--partitions",
-            str(settings.events_partitions),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=router_log,
-        stderr=subprocess.STDOUT,
-    )
+    router = RouterProc(settings, tmp_path / "router.log")
     try:
         with Publisher(settings) as pub:
             s = pub.session("loop-1", agent_id="looper", task="fix the failing test")
@@ -148,12 +129,7 @@ def test_looping_agent_through_sdk_and_router_gets_doom_loop_and_warning(
         status, body = worker.get("/sessions/loop-1/state")
         assert status == 200 and body["state"]["patterns_fired"].get("doom_loop", 0) >= 1
     finally:
-        router.terminate()
-        try:
-            router.wait(30)
-        except subprocess.TimeoutExpired:
-            router.kill()
-        router_log.close()
+        router.stop()
         assert worker.stop() == 0, worker.log_tail()
 
 

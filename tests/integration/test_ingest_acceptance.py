@@ -14,40 +14,18 @@ worker tables, with real processes:
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+from router_proc import RouterProc
 from test_pipeline import read_all  # tests/integration is on sys.path (rootdir-less dir)
-from test_worker import REPO, WorkerProc
+from test_worker import WorkerProc
 
 from streams.settings import Settings
 
 SESSIONS = 20
 EVENTS_PER_SESSION = 50  # session_start + 48 events + session_end
-
-
-def start_router(settings: Settings, log: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streams.commands.router",
-            "--bootstrap",
-            settings.bootstrap,
-            "--prefix",
-            settings.prefix,
-            "--partitions",
-            str(settings.events_partitions),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
-    )
 
 
 def malformed_messages(settings: Settings, session_id: str) -> dict[str, bytes]:
@@ -81,7 +59,7 @@ def test_thousand_events_malformed_restart_and_new_topic(
     from streams.sdk import Publisher
 
     worker = WorkerProc(settings, tmp_path / "data")  # creates the topics first
-    router = start_router(settings, tmp_path / "router.log")
+    router = RouterProc(settings, tmp_path / "router.log")
     try:
         sids = [f"acc-{i:02d}" for i in range(SESSIONS)]
         with Publisher(settings) as pub:
@@ -149,8 +127,7 @@ def test_thousand_events_malformed_restart_and_new_topic(
         print(f"new session topic -> table: {elapsed:.2f} s")
         assert elapsed < 5.0, elapsed
     finally:
-        router.terminate()
-        router.wait(30)
+        router.stop()
         worker.stop()
 
 

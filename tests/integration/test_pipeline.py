@@ -9,13 +9,11 @@ gaps), and the pathological sessions look pathological in the tables.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from test_worker import REPO, WorkerProc  # tests/integration is on sys.path (rootdir-less dir)
+from router_proc import RouterProc
+from test_worker import WorkerProc  # tests/integration is on sys.path (rootdir-less dir)
 
 from streams.settings import Settings
 
@@ -56,25 +54,8 @@ def test_simulated_fleet_reaches_worker_tables_exactly_once(
     from streams.sim.fleet import FleetConfig
 
     worker = WorkerProc(settings, tmp_path / "data")  # creates the topics first
-    router_log = (tmp_path / "router.log").open("wb")
     try:
-        router = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streams.commands.router",
-                "--bootstrap",
-                settings.bootstrap,
-                "--prefix",
-                settings.prefix,
-                "--partitions",
-                str(settings.events_partitions),
-            ],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=router_log,
-            stderr=subprocess.STDOUT,
-        )
+        router = RouterProc(settings, tmp_path / "router.log")
     except BaseException:
         worker.stop()
         raise
@@ -134,11 +115,5 @@ def test_simulated_fleet_reaches_worker_tables_exactly_once(
         assert len(history) >= len(assessments) > 0
     finally:
         code = worker.stop()
-        router.terminate()
-        try:
-            router.wait(30)
-        except subprocess.TimeoutExpired:
-            router.kill()
-            router.wait(10)
-        router_log.close()
+        router.stop()
     assert code == 0, worker.log_tail()

@@ -4,14 +4,12 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from router_proc import RouterProc
 from test_replay import publish, session_events
-from test_worker import REPO, WorkerProc
+from test_worker import WorkerProc
 
 from streams.cli import main
 from streams.replay.replay import read_live, replay_events
@@ -28,24 +26,7 @@ def test_live_outputs_equal_replay(settings: Settings, tmp_path: Path, capsys) -
         + session_events("live-b", T0 + 500, fail_every=2)
         + session_events("live-c", T0 + 900, calls=12, fail_every=3)
     )
-    router_log = (tmp_path / "router.log").open("wb")
-    router = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streams.commands.router",
-            "--bootstrap",
-            settings.bootstrap,
-            "--prefix",
-            settings.prefix,
-            "--partitions",
-            str(settings.events_partitions),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=router_log,
-        stderr=subprocess.STDOUT,
-    )
+    router = RouterProc(settings, tmp_path / "router.log")
     worker = WorkerProc(settings, tmp_path / "data")
     try:
         publish(settings, evs)
@@ -89,11 +70,5 @@ def test_live_outputs_equal_replay(settings: Settings, tmp_path: Path, capsys) -
         assert code == 1, capsys.readouterr().out
     finally:
         wcode = worker.stop()
-        router.terminate()
-        try:
-            router.wait(30)
-        except subprocess.TimeoutExpired:
-            router.kill()
-            router.wait(10)
-        router_log.close()
+        router.stop()
     assert wcode == 0, worker.log_tail()

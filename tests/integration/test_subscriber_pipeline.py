@@ -9,16 +9,14 @@ byte, what the offline core renders for the same events (read back from
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from test_worker import REPO, WorkerProc  # tests/integration is on sys.path
+from router_proc import RouterProc
+from test_worker import WorkerProc  # tests/integration is on sys.path
 
 from streams.settings import Settings
 
@@ -63,24 +61,7 @@ def test_tree_subscription_and_context_match_the_offline_core(
     from streams.sdk.subscriber import AssessmentSubscriber
     from streams.serde.codec import AssessmentWire
 
-    router_log = (tmp_path / "router.log").open("wb")
-    router = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "streams.commands.router",
-            "--bootstrap",
-            settings.bootstrap,
-            "--prefix",
-            settings.prefix,
-            "--partitions",
-            str(settings.events_partitions),
-        ],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=router_log,
-        stderr=subprocess.STDOUT,
-    )
+    router = RouterProc(settings, tmp_path / "router.log")
     worker = WorkerProc(settings, tmp_path / "data")
     root, child, grandchild = "tp-root", "tp-child", "tp-grandchild"
     try:
@@ -128,11 +109,5 @@ def test_tree_subscription_and_context_match_the_offline_core(
                 assert context_for(sid, settings=settings, current_call_index=calls + 100) == ""
     finally:
         code = worker.stop()
-        router.terminate()
-        try:
-            router.wait(30)
-        except subprocess.TimeoutExpired:
-            router.kill()
-            router.wait(10)
-        router_log.close()
+        router.stop()
     assert code == 0, worker.log_tail()

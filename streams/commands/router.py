@@ -2,12 +2,27 @@
 
 Agents publish Avro TraceEvents on one topic per session (<prefix>.session.<id>).
 The router subscribes to all of them by regex, checks each message (decodes it,
-its session_id must match the topic, seq >= 0, known type, size <= the cap) and,
-in one Kafka transaction per batch, either forwards the original bytes to
-<prefix>.events keyed by session id, or writes it to <prefix>.dlq with headers
-dlq.reason / dlq.error_class / dlq.source.{topic,partition,offset}.  Offsets are
-committed in the same transaction: a crash neither loses nor duplicates events
-(for read_committed consumers such as the worker).
+its session_id must match the topic, seq >= 0, known type, size <= the cap) and
+either forwards the original bytes to <prefix>.events keyed by session id, or
+writes it to <prefix>.dlq with headers dlq.reason / dlq.error_class /
+dlq.source.{topic,partition,offset}.  It never loses an event, in either mode.
+
+Processing guarantee (--guarantee, like Kafka Streams' processing.guarantee):
+  exactly-once   (default) one Kafka transaction per batch, offsets committed in
+                 it: read_committed consumers (the worker) see nothing twice, even
+                 after a crash.  Latency: an event is visible only when its
+                 transaction commits, i.e. >= the batch window (--batch-ms while
+                 events keep coming) + the commit round trips, which also block
+                 the router loop.
+  at-least-once  lowest latency: an idempotent producer (acks=all, no
+                 transactions) forwards each event as soon as it is read; it is
+                 visible once the broker has it.  Offsets are committed every
+                 --batch-ms / --batch-size after a producer flush, never past an
+                 undelivered event (a delivery error stops the router).  A crash
+                 repeats up to one commit interval of events (and dead letters) in
+                 <prefix>.events: the worker applies each (session_id, seq) once,
+                 so its state is unchanged, and any output it repeats is an
+                 identifiable duplicate (same session_id, seq, ...).
 
 New sessions are picked up by the regex metadata refresh (--refresh-ms) and,
 faster, when the SDK announces them on <prefix>.control.
@@ -17,21 +32,52 @@ Examples:
   trajectory router --prefix prod --partitions 12    # create prod.events with 12 partitions
   trajectory router --transactional-id traj.router.1 # a second instance (ids must differ)
   trajectory router --batch-size 500 --batch-ms 50   # smaller transactions, lower latency
+  trajectory router --guarantee at-least-once        # lowest latency; duplicates after a crash
 
 Every --status-every seconds it logs one line: routed/DLQ totals and rates.
 --metrics-port N serves Prometheus metrics on 127.0.0.1:N/metrics (events by
 type, DLQ by error class, per-partition consumer lag, transaction times).
-SIGTERM or Ctrl-C commits the open transaction and exits 0.  Each instance is a
-static group member named by its transactional id: a restart with the same id
-resumes at once; a stopped instance's partitions move to the others after the
-10 s session timeout.  A fatal error (e.g. fenced by another instance with the
-same id) stops the router with exit code 2 and the reason.
+SIGTERM or Ctrl-C commits the open transaction (at-least-once: flushes and
+commits the offsets) and exits 0.  Each instance is a static group member named
+by its transactional id (in both modes): a restart with the same id resumes at
+once; a stopped instance's partitions move to the others after the 10 s session
+timeout.  A fatal error (e.g. fenced by another instance with the same id, or an
+undeliverable event) stops the router with exit code 2 and the reason.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+#: Environment default of --guarantee (the flag wins).
+GUARANTEE_ENV = "TRAJECTORY_ROUTER_GUARANTEE"
+_GUARANTEES = ("exactly-once", "at-least-once")
+
+
+def guarantee_arg(value: str) -> str:
+    """``--guarantee`` value; Kafka Streams' spellings (``at_least_once``,
+    ``exactly_once_v2``) are accepted too."""
+    norm = value.strip().lower().replace("_", "-")
+    if norm == "exactly-once-v2":
+        norm = "exactly-once"
+    if norm not in _GUARANTEES:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a processing guarantee: use exactly-once or at-least-once "
+            f"(also for ${GUARANTEE_ENV})"
+        )
+    return norm
+
+
+def _linger_arg(value: str) -> int:
+    try:
+        ms = int(value)
+    except ValueError:
+        ms = -1
+    if not 0 <= ms <= 1000:
+        raise argparse.ArgumentTypeError(f"{value!r}: must be an integer 0..1000")
+    return ms
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -55,16 +101,37 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--group-id", help="consumer group shared by all router instances (default <prefix>.router)"
     )
     parser.add_argument(
+        "--guarantee",
+        type=guarantee_arg,
+        choices=_GUARANTEES,
+        default=os.environ.get(GUARANTEE_ENV) or "exactly-once",
+        help=f"exactly-once (default; ${GUARANTEE_ENV} overrides it): transactions, "
+        "downstream read_committed consumers see nothing twice, latency >= batch window + "
+        "commit round trips. at-least-once: lowest latency, a crash can repeat up to one "
+        "commit interval of events (the worker's seq dedupe keeps its state exact; repeated "
+        "outputs are identifiable duplicates). See above",
+    )
+    parser.add_argument(
         "--batch-size",
         type=int,
         default=5000,
-        help="commit a transaction after this many messages (default 5000)",
+        help="commit a transaction (at-least-once: the offsets) after this many messages "
+        "(default 5000)",
     )
     parser.add_argument(
         "--batch-ms",
         type=int,
         default=100,
-        help="... or after it has been open this many ms (default 100; bounds added latency)",
+        help="... or after it has been open this many ms (default 100). Exactly-once: bounds "
+        "the added latency. At-least-once: the offset commit interval, adds no latency, bounds "
+        "what a crash repeats",
+    )
+    parser.add_argument(
+        "--linger-ms",
+        type=_linger_arg,
+        default=None,
+        help="producer linger.ms (default: 5 exactly-once, 1 at-least-once; 0 is ~1 ms faster "
+        "but routes a backlog ~20%% slower)",
     )
     parser.add_argument(
         "--refresh-ms",
@@ -120,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
     config = RouterConfig(
         transactional_id=args.transactional_id,
         group_id=args.group_id,
+        guarantee=args.guarantee,
+        linger_ms=args.linger_ms,
         batch_max_messages=args.batch_size,
         batch_max_ms=args.batch_ms,
         metadata_refresh_ms=args.refresh_ms,
@@ -139,7 +208,7 @@ def run(args: argparse.Namespace) -> int:
 
     def stop(signum: int, frame: object) -> None:
         logging.getLogger("streams.router").info(
-            "%s: committing the open transaction and stopping", signal.Signals(signum).name
+            "%s: committing the open batch and stopping", signal.Signals(signum).name
         )
         router.request_stop()
 
@@ -150,12 +219,16 @@ def run(args: argparse.Namespace) -> int:
         final = router.run()
     finally:
         router.close()
+    if config.exactly_once:
+        commits = f"{final.transactions} transactions, {final.aborts} aborted"
+    else:
+        commits = f"{final.offset_commits} offset commits, {final.failed_commits} refused"
     logging.getLogger("streams.router").info(
-        "stopped: routed %d, dead-lettered %d, %d transactions, %d aborted",
+        "stopped: routed %d, dead-lettered %d, %s (%s)",
         final.routed,
         final.dead_lettered,
-        final.transactions,
-        final.aborts,
+        commits,
+        config.guarantee,
     )
     return 0
 

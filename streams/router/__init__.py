@@ -1,6 +1,8 @@
 """The ingest router: per-session topics -> ``<prefix>.events`` (DLQ for bad input).
 
-Exactly once via Kafka transactions; see :mod:`streams.router.router`.  The pure
+Exactly once via Kafka transactions (default), or at-least-once with an
+idempotent producer and offsets committed after delivery (``RouterConfig.guarantee``,
+lower latency); see :mod:`streams.router.router`.  The pure
 rules (what is valid, DLQ headers, announcements, batching) live in
 ``validate``/``announce``/``config``/``stats`` and import no Kafka client, so
 importing this package stays light: :class:`Router` is loaded on first use.

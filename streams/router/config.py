@@ -1,4 +1,19 @@
-"""Router tuning: transaction batching, identity, pickup of new session topics.
+"""Router tuning: processing guarantee, batching, identity, pickup of new session topics.
+
+Processing guarantee (``guarantee``, like Kafka Streams' ``processing.guarantee``):
+
+* ``"exactly-once"`` (default): Kafka transactions.  Read_committed consumers of
+  ``<prefix>.events`` see each event once, but only when its transaction commits:
+  latency >= the batch window (``batch_max_ms``, while messages keep arriving)
+  plus ``send_offsets_to_transaction`` + ``commit_transaction`` round trips, which
+  block the single router loop.
+* ``"at-least-once"``: a plain idempotent producer (``acks=all``), each message
+  produced as soon as it is consumed and visible once the broker has it.  The
+  consumed offsets are committed every ``batch_max_ms`` / ``batch_max_messages``
+  after a producer flush (never past an undelivered message), so a crash repeats
+  at most what was routed since the last offset commit, and never loses anything.
+  The worker applies each ``(session_id, seq)`` once and its outputs carry
+  ``(session_id, seq, ...)``, so a repeat changes no state and is identifiable.
 
 The defaults come from measurements on a single-node Kafka 3.9.1 (2 shared cores),
 time from the first publish on a brand-new session topic to the event being
@@ -17,8 +32,19 @@ readable (read_committed) in ``<prefix>.events``:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final, Literal, get_args
 
 from streams.core.errors import ConfigError
+
+Guarantee = Literal["exactly-once", "at-least-once"]
+#: The accepted values of :attr:`RouterConfig.guarantee`, default first.
+GUARANTEES: Final[tuple[Guarantee, ...]] = get_args(Guarantee)
+#: ``linger.ms`` of the router's producer when :attr:`RouterConfig.linger_ms` is unset.
+#: At-least-once 1 ms: measured (tests/integration/test_router_guarantee.py, 300
+#: events/s) p50 publish->visible 6.9 ms at 0, 8.0 at 1, 11.8 at 5; but linger 0 sent
+#: one tiny request per message under a backlog: ~37k events/s vs ~47k at 1 ms
+#: (bench_throughput's backlog, 100k events, 200 sessions; exactly-once ~47k).
+DEFAULT_LINGER_MS: Final[dict[Guarantee, int]] = {"exactly-once": 5, "at-least-once": 1}
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,17 +56,29 @@ class RouterConfig:
     what lets a restarted router fence its dead predecessor and abort its open
     transaction) and different between concurrently running instances.
     ``None`` for ``transactional_id`` / ``group_id`` means "derive from the prefix"
-    (:meth:`resolved_transactional_id`, :meth:`resolved_group_id`).
+    (:meth:`resolved_transactional_id`, :meth:`resolved_group_id`).  In
+    at-least-once mode the "transactional id" only names the instance (its static
+    group membership, and the id whose leftover transaction it aborts at start).
     """
 
     transactional_id: str | None = None
     group_id: str | None = None
-    #: Commit the open transaction after this many consumed messages ... (5000:
-    #: under a backlog the 100 ms age bound closes batches near there anyway; 2000
-    #: spent ~20% of wall time waiting on commits in the benchmark)
+    #: ``"exactly-once"`` (transactions) or ``"at-least-once"`` (idempotent producer,
+    #: offsets committed after delivery); see the module docstring.
+    guarantee: Guarantee = "exactly-once"
+    #: Exactly-once: commit the open transaction after this many consumed messages ...
+    #: (5000: under a backlog the 100 ms age bound closes batches near there anyway;
+    #: 2000 spent ~20% of wall time waiting on commits in the benchmark).
+    #: At-least-once: commit the consumed offsets after this many messages ...
     batch_max_messages: int = 5000
-    #: ... or when it has been open this long (bounds the added latency).
+    #: ... or when the batch has been open this long.  Exactly-once: bounds the
+    #: added latency.  At-least-once: adds no latency (messages are not held back);
+    #: bounds what a crash makes the restarted router route again.
     batch_max_ms: int = 100
+    #: Producer ``linger.ms``; None: 5 for exactly-once (visibility waits for the
+    #: commit anyway), 1 for at-least-once (every ms is added latency; 0 costs
+    #: ~20% throughput under a backlog, see DEFAULT_LINGER_MS).
+    linger_ms: int | None = None
     #: Regex re-evaluation period: librdkafka matches the subscription regex on
     #: every full metadata refresh, so this bounds pickup when announcements are lost.
     metadata_refresh_ms: int = 1000
@@ -67,6 +105,17 @@ class RouterConfig:
     max_consecutive_aborts: int = 20
 
     def __post_init__(self) -> None:
+        if self.guarantee not in GUARANTEES:
+            raise ConfigError(
+                "guarantee",
+                f"{self.guarantee!r}: must be one of {', '.join(map(repr, GUARANTEES))}",
+            )
+        if self.linger_ms is not None and (
+            isinstance(self.linger_ms, bool)
+            or not isinstance(self.linger_ms, int)
+            or not 0 <= self.linger_ms <= 1000
+        ):
+            raise ConfigError("linger_ms", f"{self.linger_ms!r}: must be an integer 0..1000")
         for name in (
             "batch_max_messages",
             "batch_max_ms",
@@ -88,6 +137,13 @@ class RouterConfig:
             if value is not None and (not isinstance(value, str) or not value.strip()):
                 raise ConfigError(name, "must be a non-empty string (or unset to derive it)")
 
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == "exactly-once"
+
+    def resolved_linger_ms(self) -> int:
+        return DEFAULT_LINGER_MS[self.guarantee] if self.linger_ms is None else self.linger_ms
+
     def resolved_group_id(self, prefix: str) -> str:
         """All router instances of a deployment share one consumer group."""
         return self.group_id or f"{prefix}.router"
@@ -97,10 +153,10 @@ class RouterConfig:
         return self.transactional_id or f"{prefix}.router.0"
 
     def should_commit(self, messages_in_txn: int, txn_age_ms: float) -> bool:
-        """Close the open transaction now? (size or age bound reached)."""
+        """Commit now (the transaction, or the offsets)? (size or age bound reached)."""
         return messages_in_txn >= self.batch_max_messages or (
             messages_in_txn > 0 and txn_age_ms >= self.batch_max_ms
         )
 
 
-__all__ = ["RouterConfig"]
+__all__ = ["DEFAULT_LINGER_MS", "GUARANTEES", "Guarantee", "RouterConfig"]

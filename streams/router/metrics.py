@@ -1,12 +1,22 @@
 """Prometheus metrics of the ingest router (``trajectory router --metrics-port N``).
 
-Why counts move at commit time: the router forwards in Kafka transactions, and
-an aborted transaction's messages are consumed again.  Counting at consume time
-would count them twice, so accepted / dead-lettered messages are held per open
-transaction (:meth:`RouterMetrics.on_accepted`, :meth:`RouterMetrics.on_rejected`)
-and added to the counters by :meth:`RouterMetrics.on_commit`, or dropped (and
-counted as aborted) by :meth:`RouterMetrics.on_abort`.  So the counters equal
-what read_committed readers of ``<prefix>.events`` / ``<prefix>.dlq`` see.
+Why counts move at commit time: in exactly-once mode the router forwards in
+Kafka transactions, and an aborted transaction's messages are consumed again.
+Counting at consume time would count them twice, so accepted / dead-lettered
+messages are held per open batch (:meth:`RouterMetrics.on_accepted`,
+:meth:`RouterMetrics.on_rejected`) and added to the counters by
+:meth:`RouterMetrics.on_commit`, or dropped (and counted as aborted) by
+:meth:`RouterMetrics.on_abort`.  So the counters equal what read_committed
+readers of ``<prefix>.events`` / ``<prefix>.dlq`` see.  In at-least-once mode
+they are added by :meth:`RouterMetrics.on_offsets_commit`, after the producer
+flush that confirmed their delivery (whether or not the offset commit that
+follows succeeds: the messages are in Kafka either way).
+
+Which families move in which mode (``trajectory_router_guarantee{guarantee=...}``
+is 1 for the running mode): ``transactions``, ``aborted_*`` and
+``transaction_seconds`` in exactly-once mode; ``offset_commits``,
+``failed_offset_commits`` and ``flush_seconds`` in at-least-once mode;
+``commit_seconds`` in both (the time the router loop is blocked per commit).
 
 Consumer lag per source partition (high watermark - position) is sampled by
 :meth:`RouterMetrics.maybe_sample` from the router's own loop every
@@ -52,15 +62,23 @@ class RouterMetrics:
         self._pending_types: _Tally[str] = _Tally()
         self._pending_dlq: _Tally[str] = _Tally()
         r = self.registry
+        self.guarantee = Gauge(
+            "trajectory_router_guarantee",
+            "1 for the processing guarantee this router runs with (exactly-once | at-least-once)",
+            ["guarantee"],
+            registry=r,
+        )
         self.events = Counter(
             "trajectory_router_events",
-            "Events forwarded to <prefix>.events in committed transactions, by type",
+            "Events forwarded to <prefix>.events (committed transactions, or delivery "
+            "confirmed by a flush in at-least-once mode), by type",
             ["type"],
             registry=r,
         )
         self.dlq = Counter(
             "trajectory_router_dlq",
-            "Messages dead-lettered in committed transactions, by error class",
+            "Messages dead-lettered (committed transactions, or delivery confirmed by a "
+            "flush in at-least-once mode), by error class",
             ["reason_class"],
             registry=r,
         )
@@ -84,7 +102,27 @@ class RouterMetrics:
         )
         self.commit_seconds = Histogram(
             "trajectory_router_commit_seconds",
-            "Wall time of send_offsets_to_transaction + commit_transaction",
+            "Wall time the router loop is blocked per commit: send_offsets_to_transaction + "
+            "commit_transaction (exactly-once), or producer flush + offset commit "
+            "(at-least-once)",
+            buckets=TXN_BUCKETS,
+            registry=r,
+        )
+        self.offset_commits = Counter(
+            "trajectory_router_offset_commits",
+            "At-least-once: consumer offset commits after a producer flush",
+            registry=r,
+        )
+        self.failed_offset_commits = Counter(
+            "trajectory_router_failed_offset_commits",
+            "At-least-once: offset commits the broker refused (e.g. during a rebalance); "
+            "the messages were delivered, a restart would route them again",
+            registry=r,
+        )
+        self.flush_seconds = Histogram(
+            "trajectory_router_flush_seconds",
+            "At-least-once: producer flush before an offset commit (waits for the "
+            "in-flight deliveries; part of commit_seconds)",
             buckets=TXN_BUCKETS,
             registry=r,
         )
@@ -96,22 +134,44 @@ class RouterMetrics:
         )
 
     # -- hooks (router thread) --------------------------------------------
+    def set_guarantee(self, guarantee: str) -> None:
+        """Called by the router at start: exposes its mode (only one label is 1)."""
+        for labels in list(self.guarantee._metrics):
+            self.guarantee.remove(*labels)
+        self.guarantee.labels(guarantee).set(1)
+
     def on_accepted(self, event_type: str) -> None:
         self._pending_types[event_type] += 1
 
     def on_rejected(self, error_class: str) -> None:
         self._pending_dlq[error_class] += 1
 
-    def on_commit(self, txn_seconds: float, commit_seconds: float) -> None:
-        """The open transaction committed: its messages count now."""
+    def _count_pending(self) -> None:
         for event_type, n in self._pending_types.items():
             self.events.labels(event_type).inc(n)
         for error_class, n in self._pending_dlq.items():
             self.dlq.labels(error_class).inc(n)
         self._pending_types.clear()
         self._pending_dlq.clear()
+
+    def on_commit(self, txn_seconds: float, commit_seconds: float) -> None:
+        """Exactly-once: the open transaction committed; its messages count now."""
+        self._count_pending()
         self.transactions.inc()
         self.txn_seconds.observe(max(0.0, txn_seconds))
+        self.commit_seconds.observe(max(0.0, commit_seconds))
+
+    def on_offsets_commit(
+        self, flush_seconds: float, commit_seconds: float, *, ok: bool = True
+    ) -> None:
+        """At-least-once: a flush confirmed delivery of the batch's messages (they
+        count now), then the offset commit succeeded (``ok``) or was refused."""
+        self._count_pending()
+        if ok:
+            self.offset_commits.inc()
+        else:
+            self.failed_offset_commits.inc()
+        self.flush_seconds.observe(max(0.0, flush_seconds))
         self.commit_seconds.observe(max(0.0, commit_seconds))
 
     def on_abort(self, messages: int) -> None:

@@ -1,11 +1,16 @@
-"""The ingest router: per-session topics -> ``<prefix>.events`` (+ DLQ), exactly once.
+"""The ingest router: per-session topics -> ``<prefix>.events`` (+ DLQ), never losing one.
 
 One confluent-kafka consumer subscribes to ``[session_topic_regex, control_topic]``
 (librdkafka accepts ``^regex`` entries mixed with plain names in one subscription
-and re-matches the regex on every full metadata refresh).  A transactional
-producer forwards each valid message's *original bytes* keyed by session id, or a
-dead letter with ``dlq.*`` headers, and commits the consumed offsets in the same
-transaction (consume-transform-produce, KIP-98/KIP-447):
+and re-matches the regex on every full metadata refresh).  A producer forwards
+each valid message's *original bytes* keyed by session id, or a dead letter with
+``dlq.*`` headers.  Two processing guarantees (``RouterConfig.guarantee``) share
+this one loop; they differ in how a *batch* (what was consumed since the last
+commit) is committed.
+
+**exactly-once** (default): a transactional producer commits the consumed offsets
+in the same transaction as the batch's records (consume-transform-produce,
+KIP-98/KIP-447):
 
 * a crash (even SIGKILL) loses nothing and duplicates nothing for
   ``read_committed`` readers: the open transaction is aborted when the same
@@ -21,6 +26,29 @@ New session topics: the regex refresh alone finds them within
 makes the router request full metadata at once, which triggers the same rebalance
 sooner.  Partitions are assigned with ``cooperative-sticky``, so a new topic adds
 partitions without revoking (and interrupting the transaction on) the others.
+
+**at-least-once**: an idempotent producer (``acks=all``, no transactions); every
+message is produced as soon as it is consumed (nothing waits for a batch window)
+and is visible to readers once the broker has it.  Every ``batch_max_ms`` /
+``batch_max_messages``, on partition revoke, before a metadata refresh and on a
+clean stop, the router *flushes* the producer (every record produced so far is
+acknowledged) and only then commits the consumed positions synchronously, so a
+committed offset never passes an undelivered message:
+
+* a crash (even SIGKILL) loses nothing: the restarted router resumes from the
+  last committed offsets and routes again what it had delivered since (one commit
+  interval; more if commits were refused meanwhile): duplicates in
+  ``<prefix>.events`` (and the DLQ), which the worker's per-session ``seq`` dedupe
+  absorbs;
+* a delivery error, a flush that does not finish within ``FLUSH_TIMEOUT_S`` or a
+  fatal producer error stops the router (:class:`DeliveryError`) without
+  committing: a restart re-reads from the last committed offset;
+* an offset commit the broker refuses (e.g. during a rebalance) is logged and
+  counted; the next commit covers it (``max_consecutive_aborts`` refusals in a
+  row stop the router);
+* at start it runs ``init_transactions`` once with the instance's transactional
+  id, so a transaction left open by an exactly-once predecessor is aborted now
+  instead of holding back read_committed readers until it times out.
 """
 
 from __future__ import annotations
@@ -63,6 +91,10 @@ log = logging.getLogger("streams.router")
 #: may not fit the DLQ topic, and a preview is enough to diagnose it).
 DLQ_PREVIEW_BYTES = 64 * 1024
 _TOPIC_MARGIN = 64 * 1024  # headers + record overhead on top of max_message_bytes
+#: At-least-once: give up (raise, commit nothing) when a flush before an offset
+#: commit has not delivered everything after this long.  Below the consumer's
+#: max.poll.interval.ms (300 s), so the group does not evict a router stuck here.
+FLUSH_TIMEOUT_S = 60.0
 
 
 class _AbortableProduce(Exception):
@@ -117,7 +149,7 @@ def default_decoder(settings: Settings) -> EventDecoder:
 
 
 class Router:
-    """Consume-validate-forward loop with Kafka transactions (see module docstring).
+    """Consume-validate-forward loop, exactly-once or at-least-once (module docstring).
 
     Single-threaded: every method except :meth:`request_stop` must be called from
     the thread that runs :meth:`run`.  Use as a context manager or call
@@ -144,6 +176,9 @@ class Router:
         self.metrics = metrics
         self._consumer: Consumer | None = None
         self._producer: Producer | None = None
+        self._exactly_once = self.config.exactly_once
+        #: A batch is open: messages were handled since the last commit (exactly-once:
+        #: a transaction is open).
         self._in_txn = False
         self._failed = False  # set by a fatal error or a bug: never commit after it
         self._producer_dead = False  # fatal producer error (e.g. fenced): do not use it
@@ -154,7 +189,8 @@ class Router:
         self._txn_dlq = 0
         self._txn_announce = 0
         self._txn_errors: list[str] = []
-        self._consecutive_aborts = 0
+        self._delivery_errors = 0  # failed deliveries since start (at-least-once: fatal)
+        self._consecutive_aborts = 0  # aborts (exactly-once) / refused offset commits
         self._routed = 0
         self._dlq = 0
         self._announcements = 0
@@ -163,6 +199,8 @@ class Router:
         self._aborted_msgs = 0
         self._rebalances = 0
         self._commit_s = 0.0
+        self._offset_commits = 0
+        self._failed_commits = 0
         self._assigned: set[TopicPartition] = set()
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
@@ -182,6 +220,8 @@ class Router:
         """Create topics, fence any predecessor (``init_transactions``), subscribe."""
         cfg = self.config
         ensure_topics(self.settings, cfg)
+        if self.metrics is not None:
+            self.metrics.set_guarantee(cfg.guarantee)
         group = cfg.resolved_group_id(self._prefix)
         consumer_conf: dict[str, Any] = {
             "bootstrap.servers": self.settings.bootstrap,
@@ -201,11 +241,10 @@ class Router:
             "session.timeout.ms": cfg.session_timeout_ms,
         }
         consumer_conf.update(self._extra_consumer)
+        instance_id = cfg.resolved_transactional_id(self._prefix)
         producer_conf: dict[str, Any] = {
             "bootstrap.servers": self.settings.bootstrap,
-            "transactional.id": cfg.resolved_transactional_id(self._prefix),
-            "transaction.timeout.ms": cfg.transaction_timeout_ms,
-            "linger.ms": 5,
+            "linger.ms": cfg.resolved_linger_ms(),
             # Java-compatible murmur2 for keyed messages, as Faust/aiokafka: the worker's
             # HTTP routing computes a session's partition this way (streams.app.web).
             "partitioner": "murmur2_random",
@@ -215,16 +254,27 @@ class Router:
             "on_delivery": self._on_delivery,
             "error_cb": self._on_producer_error,
         }
+        if self._exactly_once:
+            producer_conf["transactional.id"] = instance_id
+            producer_conf["transaction.timeout.ms"] = cfg.transaction_timeout_ms
+        else:
+            # Retries neither duplicate nor reorder within a partition (per session).
+            producer_conf["enable.idempotence"] = True
+            producer_conf["acks"] = "all"
         producer_conf.update(self._extra_producer)
-        self._producer = Producer(producer_conf)
-        try:
-            self._producer.init_transactions(30.0)
-        except KafkaException as exc:
-            raise DeliveryError(
-                f"init_transactions for transactional.id "
-                f"{producer_conf['transactional.id']!r} failed: {exc.args[0]}; the broker "
-                "must support transactions (transaction.state.log.* settings)"
-            ) from exc
+        if self._exactly_once:
+            self._producer = Producer(producer_conf)
+            try:
+                self._producer.init_transactions(30.0)
+            except KafkaException as exc:
+                raise DeliveryError(
+                    f"init_transactions for transactional.id {instance_id!r} failed: "
+                    f"{exc.args[0]}; the broker must support transactions "
+                    "(transaction.state.log.* settings)"
+                ) from exc
+        else:
+            self._abort_leftover_transaction(instance_id)
+            self._producer = Producer(producer_conf)
         self._consumer = Consumer(consumer_conf)
         subscription = [self.settings.session_topic_regex, self._control_topic]
         self._consumer.subscribe(
@@ -234,22 +284,64 @@ class Router:
             on_lost=self._on_lost,
         )
         log.info(
-            "router subscribed to %s (group %s, transactional.id %s)",
+            "router subscribed to %s (group %s, %s, instance %s, linger.ms %s)",
             subscription,
             group,
-            producer_conf["transactional.id"],
+            cfg.guarantee,
+            instance_id,
+            producer_conf.get("linger.ms"),
         )
+
+    def _abort_leftover_transaction(self, transactional_id: str) -> None:
+        """At-least-once start: abort a transaction an exactly-once predecessor with
+        this id left open (SIGKILL), which would otherwise hold back read_committed
+        readers of the partitions it wrote until ``transaction.timeout.ms``.  Best
+        effort: a broker without transactions only gets a warning."""
+        t0 = time.monotonic()
+        fencer = Producer(
+            {
+                "bootstrap.servers": self.settings.bootstrap,
+                "transactional.id": transactional_id,
+                "transaction.timeout.ms": self.config.transaction_timeout_ms,
+                **{
+                    k: v
+                    for k, v in self._extra_producer.items()
+                    if k.startswith(("security.", "sasl.", "ssl."))
+                },
+            }
+        )
+        try:
+            fencer.init_transactions(10.0)
+        except KafkaException as exc:
+            log.warning(
+                "could not check for a leftover transaction of %r (%s); if an exactly-once "
+                "router with this id was killed, read_committed readers may wait up to its "
+                "transaction timeout",
+                transactional_id,
+                exc.args[0],
+            )
+        else:
+            log.debug(
+                "no open transaction left for %r (%.0f ms)",
+                transactional_id,
+                (time.monotonic() - t0) * 1000,
+            )
 
     def request_stop(self) -> None:
         """Ask :meth:`run` to commit what it has and return (thread/signal safe)."""
         self._stop.set()
 
     def close(self) -> None:
-        """Finish the open transaction, leave the group, flush the producer."""
+        """Commit the open batch (unless failed), leave the group, flush the producer."""
         if self._consumer is not None:
             if self._in_txn and not self._failed:
                 self._commit()
-            elif self._in_txn and not self._producer_dead and self._producer is not None:
+            elif (
+                self._in_txn
+                and self._exactly_once
+                and not self._producer_dead
+                and self._producer is not None
+            ):
                 # After a bug: abort now, so read_committed readers are not held back
                 # until the transaction times out.
                 self._producer.abort_transaction(30.0)
@@ -260,6 +352,8 @@ class Router:
             self._consumer = None
         if self._producer is not None:
             if not self._producer_dead:  # a fenced producer cannot deliver anything
+                # (at-least-once after a failure: what is delivered now is a duplicate
+                # after the restart, never a loss: no offset covers it)
                 self._producer.flush(10.0)
             self._producer = None
 
@@ -279,7 +373,7 @@ class Router:
     ) -> RouterStats:
         """Route until :meth:`request_stop`, ``max_seconds`` or ``until(stats)`` is true.
 
-        Returns the final stats.  The open transaction is committed before returning.
+        Returns the final stats.  The open batch is committed before returning.
         """
         if self._consumer is None:
             self.start()
@@ -290,8 +384,9 @@ class Router:
         except BaseException:
             # Not a bad message (those are dead-lettered) but a bug or a fatal error:
             # never commit after it -- the consumed position already covers the
-            # message that failed.  close() aborts the open transaction (or, if the
-            # producer itself is dead, the broker does when this id restarts).
+            # message that failed.  Exactly-once: close() aborts the open transaction
+            # (or, if the producer itself is dead, the broker does when this id
+            # restarts).  At-least-once: no offset is committed any more.
             self._failed = True
             raise
 
@@ -309,17 +404,23 @@ class Router:
             if deadline is not None and now >= deadline:
                 break
             room = max(1, min(1000, cfg.batch_max_messages - self._txn_msgs))
-            if self._in_txn:
+            if self._in_txn and self._exactly_once:
                 # batching: consume() waits for `room` messages or the batch window
+                # (nothing is visible before the commit anyway)
                 wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
                 msgs = consumer.consume(num_messages=room, timeout=wait)
             else:
-                # idle: take what is there; else wait for the FIRST message only
-                # (consume() would sit out its whole timeout to fill the batch, which
-                # added up to 100 ms to every transaction's latency)
+                # take what is there; else wait for the FIRST message only (consume()
+                # would sit out its whole timeout to fill the batch, which added up to
+                # 100 ms to every transaction's latency).  At-least-once never holds
+                # a message back: it waits at most until the next commit is due.
                 msgs = consumer.consume(num_messages=room, timeout=0)
                 if not msgs:
-                    first = consumer.poll(0.1)
+                    wait = 0.1
+                    if self._in_txn:
+                        wait = cfg.batch_max_ms / 1000.0 - (now - self._txn_started)
+                        wait = min(0.1, max(0.0, wait))
+                    first = consumer.poll(wait)
                     msgs = [] if first is None else [first]
             if self.metrics is not None:
                 self.metrics.maybe_sample(consumer, self._assigned)
@@ -329,13 +430,20 @@ class Router:
             except _AbortableProduce as exc:
                 # The rest of this batch is re-read after the rewind.
                 self._abort(str(exc))
+            if not self._exactly_once:
+                # Serve delivery reports now: a failed delivery stops the router before
+                # its next offset commit could pass it.
+                assert self._producer is not None
+                self._producer.poll(0)
+                self._raise_on_delivery_errors()
             if self._in_txn and cfg.should_commit(
                 self._txn_msgs, (time.monotonic() - self._txn_started) * 1000.0
             ):
                 self._commit()
             if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
-                # Close the open transaction first: the refresh triggers a rejoin, and
-                # offsets sent during it fail with ILLEGAL_GENERATION (abort + re-read).
+                # Commit the open batch first: the refresh triggers a rejoin, and
+                # offsets sent during it fail with ILLEGAL_GENERATION (exactly-once:
+                # abort + re-read; at-least-once: a refused commit).
                 if self._in_txn:
                     self._commit()
                 # A full metadata request makes librdkafka re-match the regex now.
@@ -343,7 +451,7 @@ class Router:
             if cfg.status_interval_s:
                 cur = self.stats()
                 if cur.at_s - last_status.at_s >= cfg.status_interval_s:
-                    log.info(format_status(last_status, cur, len(self._assigned)))
+                    log.info(format_status(last_status, cur, len(self._assigned), cfg.guarantee))
                     last_status = cur
             if until is not None and not self._in_txn and until(self.stats()):
                 break
@@ -361,6 +469,8 @@ class Router:
             aborted_messages=self._aborted_msgs,
             rebalances=self._rebalances,
             commit_s=self._commit_s,
+            offset_commits=self._offset_commits,
+            failed_commits=self._failed_commits,
             at_s=time.monotonic() - self._t0,
         )
 
@@ -371,10 +481,11 @@ class Router:
     # -- per message -------------------------------------------------------
     def _begin(self) -> None:
         assert self._producer is not None
-        try:
-            self._producer.begin_transaction()
-        except KafkaException as exc:
-            raise self._fatal("begin_transaction", exc) from exc
+        if self._exactly_once:
+            try:
+                self._producer.begin_transaction()
+            except KafkaException as exc:
+                raise self._fatal("begin_transaction", exc) from exc
         self._in_txn = True
         self._txn_started = time.monotonic()
         self._txn_msgs = self._txn_routed = self._txn_dlq = self._txn_announce = 0
@@ -387,7 +498,8 @@ class Router:
                 self._failed = True
                 raise DeliveryError(
                     f"consumer fatal error: {err}; if it says FENCED_INSTANCE_ID, another "
-                    "router runs with the same --transactional-id (ids must be unique)"
+                    "router runs with the same --transactional-id (ids must be unique, "
+                    "in either guarantee mode)"
                 )
             # Informational (e.g. a topic deleted under us); librdkafka recovers itself.
             log.warning("consumer: %s", err)
@@ -468,14 +580,16 @@ class Router:
                 producer.poll(0.05)  # local queue full: let deliveries drain
             except KafkaException as exc:
                 kerr = exc.args[0]
-                if kerr.txn_requires_abort() and not kerr.fatal():
+                if self._exactly_once and kerr.txn_requires_abort() and not kerr.fatal():
                     raise _AbortableProduce(f"produce to {topic}: {kerr}") from exc
                 raise self._fatal(f"produce to {topic}", exc) from exc
 
     def _fatal(self, what: str, exc: KafkaException) -> DeliveryError:
         """Mark the router failed (nothing is committed after this) and explain why."""
         self._failed = True
-        self._producer_dead = True
+        # A transactional producer is unusable after this; an idempotent one only
+        # after a fatal error (else close() still flushes what it holds).
+        self._producer_dead = self._exactly_once or exc.args[0].fatal()
         if self._fatal_cause is None and self._producer is not None:
             # A generic "Local: Fatal error" from produce(): polling a fatal producer
             # raises the underlying error (e.g. fenced by a newer instance).
@@ -483,11 +597,17 @@ class Router:
                 self._producer.poll(0)
             except KafkaException as underlying:
                 self._fatal_cause = str(underlying.args[0])
+        hint = (
+            " If it says fenced, another router runs with the same transactional id "
+            "(--transactional-id must be unique per instance)"
+            if self._exactly_once
+            else " Nothing was committed past it: a restart re-reads from the last "
+            "committed offsets"
+        )
         return DeliveryError(
             f"{what} failed fatally: {exc.args[0]}; underlying: "
             f"{self._fatal_cause or 'not reported'}; delivery errors: "
-            f"{self._txn_errors or 'none reported'}. If it says fenced, another router runs "
-            "with the same transactional id (--transactional-id must be unique per instance)"
+            f"{self._txn_errors or 'none reported'}.{hint}"
         )
 
     def _on_producer_error(self, err: KafkaError) -> None:
@@ -498,11 +618,98 @@ class Router:
             log.warning("producer: %s", err)
 
     def _on_delivery(self, err: KafkaError | None, msg: Message) -> None:
-        if err is not None and len(self._txn_errors) < 5:
-            self._txn_errors.append(f"{msg.topic()}: {err.str()}")
+        if err is not None:
+            self._delivery_errors += 1
+            if len(self._txn_errors) < 5:
+                self._txn_errors.append(f"{msg.topic()}: {err.str()}")
 
-    # -- transactions ------------------------------------------------------
+    def _raise_on_delivery_errors(self) -> None:
+        """At-least-once: a failed delivery is fatal (never commit past it)."""
+        if self._delivery_errors:
+            self._failed = True
+            raise DeliveryError(
+                f"{self._delivery_errors} message(s) could not be delivered (first: "
+                f"{self._txn_errors}); stopping without committing their offsets: a "
+                "restart re-reads from the last committed offsets"
+            )
+
+    # -- commits -----------------------------------------------------------
     def _commit(self) -> None:
+        """Commit the open batch: its transaction, or (at-least-once) its offsets."""
+        if self._exactly_once:
+            self._commit_transaction()
+        else:
+            self._commit_offsets()
+
+    def _batch_done(self) -> None:
+        self._in_txn = False
+        self._routed += self._txn_routed
+        self._dlq += self._txn_dlq
+        self._announcements += self._txn_announce
+
+    def _commit_offsets(self) -> None:
+        """At-least-once: flush (every produced record acknowledged), then commit
+        the consumed positions synchronously.  Positions are taken first: every
+        message below them was handled (produced) before this call."""
+        consumer, producer = self._consumer, self._producer
+        assert consumer is not None and producer is not None
+        t0 = time.monotonic()
+        positions = [tp for tp in consumer.position(list(self._assigned)) if tp.offset >= 0]
+        try:
+            self._flush_all(producer)
+        finally:
+            self._commit_s += time.monotonic() - t0
+        t_flushed = time.monotonic()
+        refused: str | None = None
+        if positions:
+            try:
+                consumer.commit(offsets=positions, asynchronous=False)
+            except KafkaException as exc:
+                kerr = exc.args[0]
+                if kerr.fatal():
+                    self._failed = True
+                    raise DeliveryError(f"offset commit failed fatally: {kerr}") from exc
+                refused = str(kerr)
+        done = time.monotonic()
+        self._commit_s += done - t_flushed
+        if self.metrics is not None:
+            self.metrics.on_offsets_commit(t_flushed - t0, done - t0, ok=refused is None)
+        self._batch_done()  # delivered, whether or not the commit went through
+        if refused is None:
+            self._offset_commits += 1
+            self._consecutive_aborts = 0
+            return
+        # Refused (e.g. REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION during a rejoin):
+        # the offsets stay at the previous commit, the next commit covers these
+        # messages (or their partition's next owner routes them again): no loss.
+        self._failed_commits += 1
+        self._consecutive_aborts += 1
+        log.warning("offset commit refused (%s); the next commit covers it", refused)
+        if self._consecutive_aborts >= self.config.max_consecutive_aborts:
+            self._failed = True
+            raise DeliveryError(
+                f"{self._consecutive_aborts} offset commits in a row were refused (last: "
+                f"{refused}); stopping rather than retrying forever"
+            )
+
+    def _flush_all(self, producer: Producer) -> None:
+        """Wait until every produced record is acknowledged; raise on any failure."""
+        deadline = time.monotonic() + FLUSH_TIMEOUT_S
+        while True:
+            left = producer.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+            self._raise_on_delivery_errors()
+            if left == 0:
+                return
+            if time.monotonic() >= deadline:
+                self._failed = True
+                raise DeliveryError(
+                    f"{left} message(s) still undelivered after {FLUSH_TIMEOUT_S:.0f} s "
+                    f"(last producer error: {self._fatal_cause or 'none reported'}); "
+                    "stopping without committing their offsets"
+                )
+            log.warning("flush: %d message(s) not yet delivered; waiting", left)
+
+    def _commit_transaction(self) -> None:
         """Send consumed offsets and commit; abort + rewind on abortable errors."""
         consumer, producer = self._consumer, self._producer
         assert consumer is not None and producer is not None
@@ -527,12 +734,9 @@ class Router:
         if self.metrics is not None:
             done = time.monotonic()
             self.metrics.on_commit(done - self._txn_started, done - t0)
-        self._in_txn = False
         self._consecutive_aborts = 0
         self._transactions += 1
-        self._routed += self._txn_routed
-        self._dlq += self._txn_dlq
-        self._announcements += self._txn_announce
+        self._batch_done()
 
     @staticmethod
     def _retrying(what: str, call: Callable[[], None], attempts: int = 5) -> None:
@@ -604,7 +808,8 @@ class Router:
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Commit what we consumed while we still own the partitions (KIP-447:
-        # the group generation in consumer_group_metadata() fences late commits).
+        # the group generation in consumer_group_metadata() fences late commits;
+        # at-least-once: flush, then commit, so the next owner starts after them).
         self._rebalances += 1
         if self._in_txn and not self._failed:
             self._commit()
@@ -612,9 +817,11 @@ class Router:
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Ownership is already gone: committing offsets would be fenced; abort.
+        # (At-least-once: nothing to undo; the next owner re-reads from the last
+        # committed offsets, i.e. duplicates, and our next commit skips these.)
         self._rebalances += 1
         self._forget(partitions)
-        if self._in_txn and not self._failed:
+        if self._in_txn and self._exactly_once and not self._failed:
             self._abort("partitions lost (session timeout or fenced generation)")
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
@@ -625,6 +832,7 @@ class Router:
 
 __all__ = [
     "DLQ_PREVIEW_BYTES",
+    "FLUSH_TIMEOUT_S",
     "Router",
     "default_decoder",
     "ensure_topics",

@@ -133,7 +133,7 @@ class LocalBroker:
             auto_create_topics=auto_create_topics,
             overrides=dict(overrides or {}),
         )
-        self.heap = heap or os.environ.get("TRAJECTORY_BROKER_HEAP", "512m")
+        self.heap = heap or os.environ.get("TRAJECTORY_BROKER_HEAP", "1g")
         self.kafka_version = kafka_version
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_here = False

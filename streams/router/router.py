@@ -201,6 +201,11 @@ class Router:
         self._commit_s = 0.0
         self._offset_commits = 0
         self._failed_commits = 0
+        #: At-least-once: next offset per source partition handled since the last
+        #: successful offset commit, so a commit sends only what moved (with 1,000
+        #: session topics: ~100 partitions per 100 ms instead of all 1,000, and no
+        #: consumer.position() over every assigned partition).
+        self._uncommitted: dict[tuple[str, int], int] = {}
         self._assigned: set[TopicPartition] = set()
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
@@ -509,6 +514,8 @@ class Router:
         self._txn_msgs += 1
         topic = msg.topic()
         assert topic is not None
+        if not self._exactly_once:
+            self._uncommitted[(topic, msg.partition() or 0)] = (msg.offset() or 0) + 1
         if topic == self._control_topic:
             self._handle_announcement(msg)
             return
@@ -649,12 +656,13 @@ class Router:
 
     def _commit_offsets(self) -> None:
         """At-least-once: flush (every produced record acknowledged), then commit
-        the consumed positions synchronously.  Positions are taken first: every
-        message below them was handled (produced) before this call."""
+        synchronously the next offsets of the partitions that moved.  Every message
+        below them was handled (produced) before this call, and nothing is handled
+        during it (the revoke callback runs inside consume(), between batches)."""
         consumer, producer = self._consumer, self._producer
         assert consumer is not None and producer is not None
         t0 = time.monotonic()
-        positions = [tp for tp in consumer.position(list(self._assigned)) if tp.offset >= 0]
+        positions = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
         try:
             self._flush_all(producer)
         finally:
@@ -676,6 +684,7 @@ class Router:
             self.metrics.on_offsets_commit(t_flushed - t0, done - t0, ok=refused is None)
         self._batch_done()  # delivered, whether or not the commit went through
         if refused is None:
+            self._uncommitted.clear()
             self._offset_commits += 1
             self._consecutive_aborts = 0
             return
@@ -827,6 +836,8 @@ class Router:
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._assigned.discard(TopicPartition(tp.topic, tp.partition))
+            # (not ours any more: the next owner starts at the last committed offset)
+            self._uncommitted.pop((tp.topic, tp.partition), None)
         self._assigned_topics = {tp.topic for tp in self._assigned}
 
 

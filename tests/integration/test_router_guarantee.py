@@ -27,7 +27,7 @@ import urllib.request
 from collections import Counter, defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 from confluent_kafka import (
@@ -38,7 +38,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka import Consumer as KafkaConsumer
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
 from streams.broker import free_port
 from streams.core.events import TraceEvent
@@ -57,7 +57,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
 REPO = Path(__file__).resolve().parents[2]
 SERDE = EventSerde()
-ALOS = "at-least-once"
+ALOS: Final = "at-least-once"
 
 
 # -- helpers -----------------------------------------------------------------
@@ -177,7 +177,7 @@ def committed_offsets(admin: Any, group: str) -> dict[str, int]:
 
 def end_offsets(admin: Any, topic: str, partitions: int, committed: bool) -> list[int]:
     iso = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-    req = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    req = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}  # type: ignore[no-untyped-call]
     futs = admin.list_offsets(req, isolation_level=iso, request_timeout=30)
     return [futs[TopicPartition(topic, p)].result(30).offset for p in range(partitions)]
 

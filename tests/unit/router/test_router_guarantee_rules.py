@@ -308,7 +308,7 @@ class FakeConsumer:
         )
         for m in out:
             self.positions[(m.topic(), 0)] = m.offset() + 1
-        return out  # type: ignore[return-value]
+        return out
 
     def poll(self, timeout: float) -> None:
         self._assign()
@@ -464,6 +464,7 @@ def test_at_least_once_gives_up_after_too_many_refused_commits(world: World) -> 
     with pytest.raises(DeliveryError, match="2 offset commits in a row were refused"):
         for i in range(3):
             world.queue = events(1, start=i)
-            r.run(until=lambda s, i=i: s.routed >= i + 1, max_seconds=10)
+            target = i + 1
+            r.run(until=lambda s: s.routed >= target, max_seconds=10)  # noqa: B023
     r.close()
     assert not [e for e in world.log if e[0] == "commit"]

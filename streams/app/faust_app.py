@@ -295,7 +295,7 @@ class StateFlusher:
     #: A commit-time flush yields to the event loop after this much encoding...
     SLICE_S = 0.002
     #: ...and after this many store + changelog writes.
-    WRITE_CHUNK = 128
+    WRITE_CHUNK = 32
 
     def __init__(self, processor: EventProcessor, tables: dict[str, Any]) -> None:
         self.processor = processor

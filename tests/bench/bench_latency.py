@@ -251,6 +251,11 @@ def main() -> int:
     ap.add_argument("--drain-timeout", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
+        "--worker-args",
+        default="",
+        help="extra worker flags, e.g. --worker-args='--commit-interval 5'",
+    )
+    ap.add_argument(
         "--router-args",
         default="",
         help="extra router flags, e.g. --router-args='--guarantee at-least-once'",
@@ -290,6 +295,7 @@ def main() -> int:
                 str(work / "worker"),
                 "--web-port",
                 str(web_port),
+                *shlex.split(args.worker_args),
             ],
             work / "worker.log",
         )

@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from test_ingest_acceptance import start_router  # tests/integration is on sys.path
+from router_proc import RouterProc  # tests/integration is on sys.path
 from test_worker import WorkerProc
 
 from streams.settings import Settings
@@ -93,7 +93,7 @@ def test_snapshot_more_events_restore_through_the_worker(
 
     sid = "snap-live-1"
     worker = WorkerProc(settings, tmp_path / "data")
-    router = start_router(settings, tmp_path / "router.log")
+    router = RouterProc(settings, tmp_path / "router.log")
     try:
         with Publisher(settings) as pub:
             s = pub.session(sid, agent_id="agent", task="fix the failing test in foo.py")
@@ -164,6 +164,5 @@ def test_snapshot_more_events_restore_through_the_worker(
         assert live[-1].seq == expected.seq
         assert live[-1].rendered == expected.render()
     finally:
-        router.terminate()
-        router.wait(30)
+        router.stop()
         worker.stop()

@@ -13,33 +13,40 @@ from streams.settings import Settings
 REPO = Path(__file__).resolve().parents[2]
 
 
+def spawn_router(
+    settings: Settings, log_path: Path, *extra: str, partitions: int | None = None
+) -> subprocess.Popen[bytes]:
+    """``python -m streams.commands.router`` on ``settings`` plus ``extra`` flags; its
+    output is appended to ``log_path`` (a restart adds to the same log)."""
+    n = partitions if partitions is not None else settings.events_partitions
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streams.commands.router",
+            "--bootstrap",
+            settings.bootstrap,
+            "--prefix",
+            settings.prefix,
+            "--partitions",
+            str(n),
+            *extra,
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=log_path.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+
+
 class RouterProc:
-    """``python -m streams.commands.router`` on ``settings``, logging to ``log``."""
+    """A router subprocess (:func:`spawn_router`) with ``stop`` and ``log_tail``."""
 
     def __init__(self, settings: Settings, log: Path, *extra: str) -> None:
         self.log_path = log
-        self._log = log.open("wb")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streams.commands.router",
-                "--bootstrap",
-                settings.bootstrap,
-                "--prefix",
-                settings.prefix,
-                "--partitions",
-                str(settings.events_partitions),
-                *extra,
-            ],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
+        self.proc = spawn_router(settings, log, *extra)
 
     def log_tail(self, lines: int = 40) -> str:
-        self._log.flush()
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 30.0) -> int | None:
@@ -47,9 +54,7 @@ class RouterProc:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
         try:
-            code = self.proc.wait(timeout_s)
+            return self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            code = self.proc.wait(10)
-        self._log.close()
-        return code
+            return self.proc.wait(10)

@@ -11,10 +11,8 @@ proves the kill really hit an open transaction.
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections import Counter
@@ -23,6 +21,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+from router_proc import spawn_router
 
 from streams.core.events import TraceEvent
 from streams.serde import EventSerde
@@ -30,7 +29,6 @@ from streams.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-REPO = Path(__file__).resolve().parents[2]
 SERDE = EventSerde()
 SESSIONS = [f"crash{i}" for i in range(8)]
 PER_SESSION = 500
@@ -39,26 +37,17 @@ PER_SESSION = 500
 def start_router(
     settings: Settings, log_path: Path, batch_size: int, batch_ms: int
 ) -> subprocess.Popen[bytes]:
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    cmd = [
-        sys.executable,
-        "-m",
-        "streams.commands.router",
-        "--bootstrap",
-        settings.bootstrap,
-        "--prefix",
-        settings.prefix,
-        "--partitions",
-        "3",
+    return spawn_router(
+        settings,
+        log_path,
         "--batch-size",
         str(batch_size),
         "--batch-ms",
         str(batch_ms),
         "--status-every",
         "1",
-    ]
-    log = log_path.open("ab")
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+        partitions=3,
+    )
 
 
 class EventsReader:

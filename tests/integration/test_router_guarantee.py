@@ -17,10 +17,8 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -39,6 +37,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+from router_proc import spawn_router
 
 from streams.broker import free_port
 from streams.core.events import TraceEvent
@@ -55,7 +54,6 @@ from streams.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-REPO = Path(__file__).resolve().parents[2]
 SERDE = EventSerde()
 ALOS: Final = "at-least-once"
 
@@ -70,25 +68,8 @@ def encoded(sid: str, seq: int, text: str = "hi") -> bytes:
 def start_router(
     settings: Settings, log_path: Path, *extra: str, guarantee: str = ALOS
 ) -> subprocess.Popen[bytes]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "streams.commands.router",
-        "--bootstrap",
-        settings.bootstrap,
-        "--prefix",
-        settings.prefix,
-        "--partitions",
-        "3",
-        "--guarantee",
-        guarantee,
-        "--status-every",
-        "1",
-        *extra,
-    ]
-    log = log_path.open("ab")
-    env = dict(os.environ, PYTHONPATH=str(REPO))
-    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT)
+    flags = ("--guarantee", guarantee, "--status-every", "1", *extra)
+    return spawn_router(settings, log_path, *flags, partitions=3)
 
 
 def stop_router(proc: subprocess.Popen[bytes], log_path: Path) -> None:

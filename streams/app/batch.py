@@ -44,7 +44,7 @@ from streams.core.events import TraceEvent
 
 if TYPE_CHECKING:
     from streams.app.metrics import WorkerMetrics
-    from streams.app.outputs import OutputEncoder
+    from streams.app.outputs import OutputEncoder, OutputRecord
     from streams.app.processor import EventProcessor
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,7 @@ class EventBatchHandler:
     def __init__(
         self,
         *,
+        topic: str,
         processor: EventProcessor,
         decoder: Decoder,
         send: Send,
@@ -120,6 +121,8 @@ class EventBatchHandler:
         encoder: OutputEncoder | None = None,
         metrics: WorkerMetrics | None = None,
     ) -> None:
+        #: The source topic whose batches this handles (``<prefix>.events``).
+        self.topic = topic
         self.processor = processor
         self.decoder = decoder
         self.send = send
@@ -178,7 +181,6 @@ class EventBatchHandler:
         decoder = self.decoder
         encoder = self.encoder
         metrics = self.metrics
-        topics = self.output_topics
         sends: list[tuple[str, bytes | None, bytes, Headers | None]] = []
         handled: list[RecordLike] = []
         for record in records:
@@ -241,10 +243,37 @@ class EventBatchHandler:
             if metrics is not None:
                 metrics.on_event(event.type, started_ns, event.timestamp_ms)
                 metrics.on_outputs(result.engine)
-            for rec in outs:
-                sends.append((topics[rec.kind], rec.key, rec.value, list(rec.headers) or None))
+            sends.extend(self._output_sends(outs))
             handled.append(record)
         return sends, handled, None
+
+    def _output_sends(
+        self, records: Iterable[OutputRecord]
+    ) -> list[tuple[str, bytes | None, bytes, Headers | None]]:
+        topics = self.output_topics
+        return [(topics[r.kind], r.key, r.value, list(r.headers) or None) for r in records]
+
+    # --------------------------------------------------------------- timer
+
+    async def assess_quiet(self, now_ms: int) -> int:
+        """Timer assessments (deadline, every_n_seconds) of the sessions in memory.
+
+        Under the batch lock, so a commit never collects a timer-made state change
+        whose assessment is not yet handed to the producer.  Returns how many
+        assessments were sent.
+        """
+        encoder = self.encoder
+        if encoder is None:
+            return 0
+        sent = 0
+        async with self.lock:
+            for made in self.processor.on_timer(now_ms):
+                if self.metrics is not None:
+                    self.metrics.on_assessment(made.assessment)  # counted like event-made ones
+                for topic, key, value, headers in self._output_sends(encoder.timer_records(made)):
+                    await self.send(topic, key, value, headers)
+                    sent += 1
+        return sent
 
 
 __all__ = [

@@ -42,7 +42,7 @@ from streams.app.metrics import WorkerMetrics
 from streams.app.outputs import OutputEncoder
 from streams.app.processor import EventProcessor, TableWrite
 from streams.app.state import SessionCounters
-from streams.app.web import key_partition, register_views
+from streams.app.web import key_partition, key_str, register_views
 from streams.core.config import EngineConfig
 from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
@@ -117,6 +117,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    @property
+    def _handler(self) -> EventBatchHandler | None:
+        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
+        return handler
+
     # ---------------------------------------------------------------- fetching
 
     async def _drain_messages(self, fetcher: Any) -> None:
@@ -130,11 +135,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         committable offset.  Records of any other topic (the table changelogs
         during recovery) still take Faust's per-message path.
         """
-        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
+        handler = self._handler
         if handler is None:
             await super()._drain_messages(fetcher)
             return
-        handler_topic = getattr(self.app, "batch_topic", None)
+        handler_topic = handler.topic
         callback = self.callback
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
@@ -193,8 +198,8 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             self.diag.unset_flag(CONSUMER_FETCHING)
 
     def _new_offset(self, tp: Any) -> int | None:
-        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
-        if handler is not None and tp.topic == getattr(self.app, "batch_topic", None):
+        handler = self._handler
+        if handler is not None and tp.topic == handler.topic:
             return handler.committable(tp.topic, tp.partition)
         offset: int | None = super()._new_offset(tp)
         return offset
@@ -203,7 +208,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         """Faust commits only partitions with acked messages; ours are never acked
         (the handler reports offsets instead), so add the handler's partitions."""
         tps = set(super()._filter_tps_with_pending_acks(topics))
-        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
+        handler = self._handler
         if handler is not None:
             for topic, partition in handler.partitions():
                 tp = TP(topic, partition)
@@ -212,7 +217,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         return iter(tps)
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
-        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
+        handler = self._handler
         await super().on_partitions_revoked(revoked)
         if handler is not None:
             handler.forget((tp.topic, tp.partition) for tp in revoked)
@@ -236,19 +241,15 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         one commit at a time; ``StateFlusher.lock`` also keeps the revoke flush out.
         """
         flusher: StateFlusher | None = getattr(self.app, "state_flusher", None)
-        if flusher is None:
+        handler = self._handler
+        if flusher is None or handler is None:  # not our worker app: Faust's commit
             done: bool = await super()._commit_tps(tps, start_new_transaction)
             return done
-        handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
         async with flusher.lock:
-            if handler is not None:
-                async with handler.lock:
-                    commit_offsets = self._filter_committable_offsets(tps)
-                    pending = flusher.processor.take_dirty()
-                    flusher.processor.evict()  # bounded caches: only clean sessions go
-            else:
+            async with handler.lock:
                 commit_offsets = self._filter_committable_offsets(tps)
                 pending = flusher.processor.take_dirty()
+                flusher.processor.evict()  # bounded caches: only clean sessions go
             if pending:
                 started = time.perf_counter()
                 writes = []
@@ -342,9 +343,8 @@ class ObserverApp(faust.App):
     the write-behind state before every offset commit (``state_flusher``)."""
 
     state_flusher: StateFlusher | None = None
-    #: The hot path for ``batch_topic`` (see ``_ReadCommittedConsumer._drain_messages``).
+    #: The hot path for ``batch_handler.topic`` (``_ReadCommittedConsumer._drain_messages``).
     batch_handler: EventBatchHandler | None = None
-    batch_topic: str | None = None
 
     def _new_transport(self) -> Any:
         return _ReadCommittedTransport(self.conf.broker_consumer, self)
@@ -362,7 +362,6 @@ class WorkerApp:
     minutes: Any
     engines: Any
     events_topic: Any
-    dlq_topic: Any
     metrics: WorkerMetrics | None = None
 
 
@@ -438,15 +437,12 @@ def create_app(
         value_serializer="raw",
         partitions=n_partitions,
     )
-    dlq = app.topic(settings.dlq_topic, key_serializer="raw", value_serializer="raw")
-    out_topics = {
-        kind: app.topic(topic, key_serializer="raw", value_serializer="raw")
-        for kind, topic in (
-            ("patterns", settings.patterns_topic),
-            ("assessments", settings.assessments_topic),
-            ("assessment_history", settings.assessment_history_topic),
-            ("snapshots", settings.snapshots_topic),
-        )
+    # outputs and dead letters are produced by name (streams/app/batch.py)
+    output_topics = {
+        "patterns": settings.patterns_topic,
+        "assessments": settings.assessments_topic,
+        "assessment_history": settings.assessment_history_topic,
+        "snapshots": settings.snapshots_topic,
     }
     encoder = OutputEncoder(settings, engine_config) if with_engine else None
     # 'driver' is popped from (and aliased with) this dict by the Store: pass fresh dicts.
@@ -497,10 +493,11 @@ def create_app(
         await producer_send(topic, key, value, None, None, headers)
 
     handler = EventBatchHandler(
+        topic=settings.events_topic,
         processor=processor,
         decoder=decoder,
         send=_send,
-        output_topics={kind: t.get_topic_name() for kind, t in out_topics.items()},
+        output_topics=output_topics,
         dlq_topic=settings.dlq_topic,
         encoder=encoder,
         metrics=metrics,
@@ -509,14 +506,14 @@ def create_app(
     # handler (streams/app/batch.py); the conductor only needs to subscribe it.
     app.topics.add(events)
     app.batch_handler = handler
-    app.batch_topic = settings.events_topic
 
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode's stub wants signal=
     async def _on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
-        # Faust has already waited for the agent to go idle and committed (our commit
-        # hook flushed); flush whatever is still dirty (e.g. timer-made state) and drop
-        # the caches with no await in between, then make the changelog writes durable
-        # before another worker can recover these partitions.
+        # Faust has already stopped the fetch flow and committed (our commit hook
+        # waited for the batch in progress and flushed); flush whatever is still
+        # dirty (e.g. timer-made state) and drop the caches with no await in between,
+        # then make the changelog writes durable before another worker can recover
+        # these partitions.
         async with flusher.lock:
             n = flusher.flush_now()
             processor.drop_caches()
@@ -528,7 +525,6 @@ def create_app(
         processor.drop_caches()  # raises if anything is unflushed (cannot happen after revoke)
 
     if encoder is not None and timer_interval_s:
-        timer_encoder = encoder
 
         @sessions.on_recover
         async def _adopt_open_sessions() -> None:
@@ -541,7 +537,7 @@ def create_app(
             }
             found: list[tuple[int, str, int]] = []
             for n, (key, raw) in enumerate(sessions.items()):
-                sid = key.decode() if isinstance(key, bytes) else str(key)
+                sid = key_str(key)
                 part = key_partition(sid, n_partitions)
                 if part in assigned:
                     counters = SessionCounters.decode(raw)
@@ -569,13 +565,7 @@ def create_app(
             """
             if app.rebalancing:
                 return
-            # under the batch lock: a commit never collects a timer-made state
-            # change whose assessment is not yet handed to the producer
-            async with handler.lock:
-                for ta in processor.on_timer(int(time.time() * 1000)):
-                    metrics.on_assessment(ta.assessment)  # counted like event-made ones
-                    for rec in timer_encoder.timer_records(ta):
-                        await _send(out_topics[rec.kind].get_topic_name(), rec.key, rec.value, None)
+            await handler.assess_quiet(int(time.time() * 1000))
 
     # HTTP views (streams/app/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
     register_views(
@@ -609,7 +599,6 @@ def create_app(
         minutes=minutes,
         engines=engines,
         events_topic=events,
-        dlq_topic=dlq,
         metrics=metrics,
     )
 

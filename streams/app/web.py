@@ -269,7 +269,8 @@ def owner_url(metadata: Mapping[str, Mapping[str, Any]], topic: str, partition: 
     return None
 
 
-def _key_str(key: Any) -> str:
+def key_str(key: Any) -> str:
+    """A table key as the session id (stores may hold bytes or str keys)."""
     return key.decode("utf-8", "replace") if isinstance(key, bytes) else str(key)
 
 
@@ -435,7 +436,7 @@ def register_views(
             rows = []
             owned = owned_partitions()
             for key, raw in sessions.items():
-                sid = _key_str(key)
+                sid = key_str(key)
                 if glob is not None and not fnmatch.fnmatchcase(sid, glob):
                     continue  # cheap filter before decoding anything
                 if key_partition(sid, route_partitions) not in owned:
@@ -545,7 +546,7 @@ def register_views(
                 rows = [
                     MinuteCounts.decode(raw).to_json()
                     for key, raw in minutes.items()
-                    if _key_str(key).startswith(prefix)
+                    if key_str(key).startswith(prefix)
                 ]
                 if not rows and sessions.get(session_id.encode()) is None:
                     out: Response = self.json(unknown_session_body(session_id), status=404)

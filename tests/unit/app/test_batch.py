@@ -52,6 +52,7 @@ class Sent:
 
 def handler(sent: Sent, processor: EventProcessor | None = None) -> EventBatchHandler:
     return EventBatchHandler(
+        topic="t.events",
         processor=processor or EventProcessor({}, {}, {}, {}),
         decoder=SERDE.decode,
         send=sent,
@@ -147,6 +148,7 @@ def test_commit_waits_for_a_batch_to_be_fully_sent() -> None:
             await gate.wait()
 
         h = EventBatchHandler(
+            topic="t.events",
             processor=EventProcessor({}, {}, {}, {}),
             decoder=SERDE.decode,
             send=slow_send,
@@ -186,3 +188,24 @@ def test_forget_drops_revoked_partitions() -> None:
     assert h.committable("t.events", 0) is None
     assert h.committable("t.events", 1) == 1
     assert h.partitions() == [("t.events", 1)]
+
+
+def test_assess_quiet_sends_timer_assessments_to_both_assessment_topics() -> None:
+    from streams.core.events import Budget
+
+    sent = Sent()
+    h = handler(sent)
+    t0 = 1_767_225_600_000
+    quiet = [
+        TraceEvent("session_start", "q1", 0, t0),
+        TraceEvent("budget", "q1", 1, t0, budget=Budget(deadline_ms=t0 + 10_000, max_tokens=10**5)),
+    ]
+    asyncio.run(h.handle(records(quiet)))
+    sent.items.clear()
+    assert asyncio.run(h.assess_quiet(t0 + 5_000)) == 0  # before the deadline
+    assert asyncio.run(h.assess_quiet(t0 + 11_000)) == 2
+    assert [t for t, *_ in sent.items] == ["t.assessments", "t.assessment-history"]
+    made = AssessmentSerde("single-object").decode(sent.items[0][2])
+    assert made.session_id == "q1" and made.trigger == "timer"
+    assert "deadline" in made.rendered
+    assert asyncio.run(h.assess_quiet(t0 + 12_000)) == 0  # reported once

@@ -6,6 +6,9 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from streams.settings import Settings
@@ -58,3 +61,54 @@ class RouterProc:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait(10)
+
+
+class SessionStreamPublisher(threading.Thread):
+    """Publishes ``rounds`` events per session to their session topics at ~1000
+    events/s, and keeps going until :attr:`killed` is set (bounded: 120 s), so a
+    stream is still flowing whenever a test kills its router.
+
+    ``published`` lists ``(session_id, seq)`` in order; ``errors`` holds delivery
+    errors; ``done`` is set after the final flush.
+    """
+
+    def __init__(
+        self,
+        settings: Settings,
+        sessions: list[str],
+        rounds: int,
+        encode: Callable[[str, int], bytes],
+    ) -> None:
+        super().__init__(daemon=True)
+        self.settings = settings
+        self.sessions = sessions
+        self.rounds = rounds
+        self.encode = encode
+        self.published: list[tuple[str, int]] = []
+        self.errors: list[str] = []
+        self.done = threading.Event()
+        self.killed = threading.Event()
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        settings = self.settings
+        producer = Producer({"bootstrap.servers": settings.bootstrap, "enable.idempotence": True})
+
+        def cb(err, msg):  # type: ignore[no-untyped-def]
+            if err is not None:
+                self.errors.append(str(err))
+
+        seq = 0
+        give_up = time.monotonic() + 120
+        while (seq < self.rounds or not self.killed.is_set()) and time.monotonic() < give_up:
+            for sid in self.sessions:
+                producer.produce(
+                    settings.session_topic(sid), self.encode(sid, seq), sid.encode(), on_delivery=cb
+                )
+                self.published.append((sid, seq))
+            seq += 1
+            producer.poll(0)
+            time.sleep(0.008)  # ~1000 events/s over 8 sessions
+        producer.flush(30)
+        self.done.set()

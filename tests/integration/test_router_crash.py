@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import threading
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from router_proc import spawn_router
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from router_proc import SessionStreamPublisher, spawn_router
 
 from streams.core.events import TraceEvent
 from streams.serde import EventSerde
@@ -48,6 +47,10 @@ def start_router(
         "1",
         partitions=3,
     )
+
+
+def encoded(sid: str, seq: int) -> bytes:
+    return SERDE.encode(TraceEvent(type="message", session_id=sid, seq=seq, timestamp_ms=seq))
 
 
 class EventsReader:
@@ -94,41 +97,10 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
 ) -> None:
     create_topics(*(settings.session_topic(s) for s in SESSIONS))
     create_topics(settings.control_topic)
-    published: list[tuple[str, int]] = []
-    errors: list[str] = []
-    done = threading.Event()
-    killed = threading.Event()
-
-    def publisher() -> None:
-        # Publishes PER_SESSION rounds, and keeps going until the router was killed, so
-        # the stream is still flowing at the kill however long the first router takes
-        # to start (bounded: 120 s).
-        producer = Producer({"bootstrap.servers": settings.bootstrap, "enable.idempotence": True})
-
-        def cb(err, msg):  # type: ignore[no-untyped-def]
-            if err is not None:
-                errors.append(str(err))
-
-        seq = 0
-        give_up = time.monotonic() + 120
-        while (seq < PER_SESSION or not killed.is_set()) and time.monotonic() < give_up:
-            for sid in SESSIONS:
-                producer.produce(
-                    settings.session_topic(sid),
-                    SERDE.encode(
-                        TraceEvent(type="message", session_id=sid, seq=seq, timestamp_ms=seq)
-                    ),
-                    sid.encode(),
-                    on_delivery=cb,
-                )
-                published.append((sid, seq))
-            seq += 1
-            producer.poll(0)
-            time.sleep(0.008)  # ~1000 events/s
-        producer.flush(30)
-        done.set()
-
-    pub = threading.Thread(target=publisher, daemon=True)
+    # PER_SESSION rounds, and on until the router was killed, so the stream is
+    # still flowing at the kill however long the first router takes to start
+    pub = SessionStreamPublisher(settings, SESSIONS, PER_SESSION, encoded)
+    published, errors, done, killed = pub.published, pub.errors, pub.done, pub.killed
     log_path = tmp_path / "router.log"
     committed = EventsReader(settings, "read_committed")
     uncommitted = EventsReader(settings, "read_uncommitted")

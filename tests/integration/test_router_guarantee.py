@@ -37,7 +37,7 @@ from confluent_kafka import (
 )
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
-from router_proc import spawn_router
+from router_proc import SessionStreamPublisher, spawn_router
 
 from streams.broker import free_port
 from streams.core.events import TraceEvent
@@ -279,38 +279,15 @@ def test_at_least_once_sigkill_mid_stream_then_restart_loses_nothing(
     create_topics(*(settings.session_topic(s) for s in SESSIONS))
     create_topics(settings.control_topic)
     group = settings.prefix + ".router"
-    published: list[tuple[str, int]] = []
-    errors: list[str] = []
-    done, killed = threading.Event(), threading.Event()
-
-    def publisher() -> None:
-        # PER_SESSION rounds at ~1000 events/s, and on until the router was killed.
-        producer = Producer({"bootstrap.servers": settings.bootstrap, "enable.idempotence": True})
-
-        def cb(err, msg):  # type: ignore[no-untyped-def]
-            if err is not None:
-                errors.append(str(err))
-
-        seq = 0
-        give_up = time.monotonic() + 120
-        while (seq < PER_SESSION or not killed.is_set()) and time.monotonic() < give_up:
-            for sid in SESSIONS:
-                producer.produce(
-                    settings.session_topic(sid), encoded(sid, seq), sid.encode(), on_delivery=cb
-                )
-                published.append((sid, seq))
-            seq += 1
-            producer.poll(0)
-            time.sleep(0.008)
-        producer.flush(30)
-        done.set()
+    # PER_SESSION rounds at ~1000 events/s, and on until the router was killed
+    pub = SessionStreamPublisher(settings, SESSIONS, PER_SESSION, encoded)
+    published, errors, done, killed = pub.published, pub.errors, pub.done, pub.killed
 
     log_path = tmp_path / "router.log"
     events = Reader(settings, settings.events_topic)
     # First router: offsets committed only every 2 s, so the kill lands between
     # commits with many delivered-but-uncommitted events.
     router = start_router(settings, log_path, "--batch-ms", "2000", "--batch-size", "100000")
-    pub = threading.Thread(target=publisher, daemon=True)
     pub.start()
     try:
         deadline = time.monotonic() + 90

@@ -40,9 +40,13 @@ def _env_int(name: str, default: int) -> int:
 
 @dataclass(frozen=True)
 class Settings:
-    bootstrap: str = field(default_factory=lambda: os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    bootstrap: str = field(
+        default_factory=lambda: os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
+    )
     prefix: str = field(default_factory=lambda: os.environ.get("TRAJECTORY_PREFIX", "traj"))
-    events_partitions: int = field(default_factory=lambda: _env_int("TRAJECTORY_EVENTS_PARTITIONS", 6))
+    events_partitions: int = field(
+        default_factory=lambda: _env_int("TRAJECTORY_EVENTS_PARTITIONS", 6)
+    )
     schema_registry_url: str | None = field(
         default_factory=lambda: os.environ.get("TRAJECTORY_SCHEMA_REGISTRY_URL") or None
     )
@@ -59,7 +63,9 @@ class Settings:
 
     def __post_init__(self) -> None:
         if not re.match(r"^[A-Za-z0-9_-]{1,100}$", self.prefix):
-            raise ConfigError("prefix", f"{self.prefix!r}: use letters, digits, '_' or '-' (no dots)")
+            raise ConfigError(
+                "prefix", f"{self.prefix!r}: use letters, digits, '_' or '-' (no dots)"
+            )
         if self.privacy not in ("full", "summary"):
             raise ConfigError("privacy", f"{self.privacy!r}: use 'full' or 'summary'")
         if self.events_partitions < 1:

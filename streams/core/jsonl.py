@@ -63,7 +63,7 @@ def iso_to_ms(value: str, *, field: str = "timestamp") -> int:
         ) from exc
     if dt.tzinfo is None:
         dt = dt.replace(tzinfo=UTC)
-    return int(round(dt.timestamp() * 1000))
+    return round(dt.timestamp() * 1000)
 
 
 def _opt_str(obj: Mapping[str, Any], key: str) -> str | None:
@@ -103,7 +103,9 @@ def event_from_json(
     ts = iso_to_ms(obj["timestamp"])
     session_id = _opt_str(obj, "session_id") or default_session_id
     if not session_id:
-        raise InvalidEventError("session_id", "missing (pass a default session id for AgentV traces)")
+        raise InvalidEventError(
+            "session_id", "missing (pass a default session id for AgentV traces)"
+        )
     seq = _opt_int(obj, "seq")
     metadata_raw = obj.get("metadata") or {}
     if not isinstance(metadata_raw, Mapping):
@@ -212,8 +214,9 @@ def dumps_event(event: TraceEvent) -> str:
     return json.dumps(event_to_json(event), ensure_ascii=False, separators=(",", ":"))
 
 
-def read_jsonl(lines: Iterable[str], *, source: str = "<jsonl>",
-               default_session_id: str | None = None) -> Iterator[TraceEvent]:
+def read_jsonl(
+    lines: Iterable[str], *, source: str = "<jsonl>", default_session_id: str | None = None
+) -> Iterator[TraceEvent]:
     """Parse JSONL lines; blank lines are skipped; errors name source and line."""
     seqs: dict[str, int] = {}
     for lineno, line in enumerate(lines, start=1):
@@ -224,8 +227,9 @@ def read_jsonl(lines: Iterable[str], *, source: str = "<jsonl>",
             sid = obj.get("session_id") if isinstance(obj, dict) else None
             sid = sid if isinstance(sid, str) and sid else default_session_id
             next_seq = seqs.get(sid or "", 0)
-            event = event_from_json(obj, default_session_id=default_session_id,
-                                    default_seq=next_seq)
+            event = event_from_json(
+                obj, default_session_id=default_session_id, default_seq=next_seq
+            )
         except json.JSONDecodeError as exc:
             raise InvalidEventError(f"{source}:{lineno}", f"not JSON: {exc.msg}") from exc
         except InvalidEventError as exc:

@@ -131,6 +131,13 @@ def server_properties(cfg: BrokerConfig) -> dict[str, str]:
         "delete.topic.enable": "true",
         # The cleaner's default 128 MiB dedupe buffer is most of a small dev heap.
         "log.cleaner.dedupe.buffer.size": str(16 * 1024 * 1024),
+        # Every partition's segment preallocates a sparse, mmapped offset and time
+        # index of this size (default 10 MiB each).  Tests and benchmarks create
+        # thousands of partitions; once their indexes are written the page cache
+        # fills with index pages and the broker thrashes on page faults (seen: one
+        # core pinned, produce stalled for tens of seconds).  1 MiB still indexes
+        # ~350 MiB of log per segment.  Session topics set 128 KiB themselves.
+        "log.index.size.max.bytes": str(1024 * 1024),
         "num.network.threads": "2",
         "num.io.threads": "4",
         "num.recovery.threads.per.data.dir": "1",

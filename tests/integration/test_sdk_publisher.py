@@ -20,6 +20,7 @@ from streams.core.errors import (
 )
 from streams.core.events import TraceEvent
 from streams.sdk import Publisher
+from streams.sdk.publisher import SESSION_SEGMENT_INDEX_BYTES
 from streams.serde import EventSerde
 from streams.settings import Settings
 
@@ -110,6 +111,8 @@ def test_session_events_arrive_in_order_with_seq_and_announcement(
     resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
     configs = admin.describe_configs([resource])[resource].result(timeout=30)
     assert configs["retention.ms"].value == "3600000"
+    # small index files: a topic per session must not preallocate 20 MiB of mmapped index
+    assert configs["segment.index.bytes"].value == str(SESSION_SEGMENT_INDEX_BYTES)
 
     # The announcement on the control topic.
     (ann,) = consume(settings.bootstrap, settings.control_topic, 1)

@@ -44,6 +44,8 @@ def test_server_properties_single_node_kraft(tmp_path: Path) -> None:
     assert props["transaction.state.log.min.isr"] == "1"
     assert props["group.initial.rebalance.delay.ms"] == "0"
     assert props["auto.create.topics.enable"] == "false"
+    # thousands of test partitions: small preallocated (mmapped) index files
+    assert props["log.index.size.max.bytes"] == str(1024 * 1024)
     assert cfg.bootstrap == "127.0.0.1:19092"
 
 

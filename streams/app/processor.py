@@ -85,7 +85,7 @@ class PendingWrite:
 
     def encode(self) -> TableWrite:
         v = self.value
-        data = encode_state(v) if isinstance(v, SessionState) else v.encode()
+        data = encode_state(v, compress=True) if isinstance(v, SessionState) else v.encode()
         return TableWrite(self.table, self.partition, self.key, data)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import zlib
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -149,9 +150,22 @@ def test_state_round_trip_exact_and_byte_identical() -> None:
     assert json.loads(data)["version"] == STATE_VERSION
 
 
+def test_compressed_state_decodes_to_the_same_value_and_is_smaller() -> None:
+    s = _state(snapshots=(("snap-1", _state(snapshots=())),))
+    plain = encode_state(s)
+    packed = encode_state(s, compress=True)
+    assert packed[:1] == b"\x00" and plain[:1] == b"{"
+    assert len(packed) < len(plain)
+    assert decode_state(packed) == s
+    assert encode_state(decode_state(packed)) == plain
+    assert encode_state(s, compress=True) == packed  # deterministic (same zlib build)
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [
+        (b"\x00not deflate", "compressed state bytes are corrupt"),
+        (b"\x00" + zlib.compress(b"[]"), "not a session state"),
         (b"\xff\xfe", "not canonical JSON"),
         (b"{not json", "not canonical JSON"),
         (b"[]", "not a session state"),

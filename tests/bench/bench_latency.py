@@ -200,9 +200,9 @@ class Agent:
 
 @dataclass
 class Received:
-    """Assessments the subscriber delivered: (receive ms, assessment ms, session)."""
+    """Assessments the subscriber delivered: (receive ms, assessment ms, session, seq)."""
 
-    rows: list[tuple[int, int, str]] = field(default_factory=list)
+    rows: list[tuple[int, int, str, int]] = field(default_factory=list)
     timer: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -213,7 +213,122 @@ class Received:
                 self.timer += 1
             return
         with self.lock:
-            self.rows.append((now, int(rec.timestamp_ms), rec.session_id))
+            self.rows.append((now, int(rec.timestamp_ms), rec.session_id, int(rec.seq)))
+
+
+class StageProbe:
+    """Where the milliseconds go: Kafka append times of each hop, joined per (session, seq).
+
+    Reads ``<prefix>.events`` and ``<prefix>.assessments`` from their ends (read
+    uncommitted: the moment a record is appended, before any transaction commits)
+    and keeps, per (session, seq), when it saw the routed event (its own receive
+    time: the router keeps the SDK's record timestamp, so ``CreateTime`` would not
+    tell) and the assessment's ``CreateTime`` (the worker's send).  With the event's
+    own ``timestamp_ms`` (the SDK publish) and the subscriber's receive time an
+    assessment's latency splits into publish -> routed -> assessed -> delivered;
+    "routed" includes this probe's own fetch, like "delivered" includes the
+    subscriber's.
+    """
+
+    def __init__(self, settings: Any) -> None:
+        from confluent_kafka import OFFSET_END, Consumer, TopicPartition
+
+        from streams.serde import AssessmentSerde, EventSerde
+
+        self._events_topic = settings.events_topic
+        self._event_serde = EventSerde("single-object")
+        self._assessment_serde = AssessmentSerde("single-object")
+        self.routed: dict[tuple[str, int], int] = {}
+        self.assessed: dict[tuple[str, int], int] = {}
+        self._stop = threading.Event()
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "group.id": f"stage-probe-{uuid.uuid4().hex[:8]}",
+                "enable.auto.commit": False,
+                "isolation.level": "read_uncommitted",
+                "fetch.wait.max.ms": 10,
+            }
+        )
+        tps = []
+        for topic in (settings.events_topic, settings.assessments_topic):
+            md = self._consumer.list_topics(topic, timeout=30).topics[topic]
+            tps += [TopicPartition(topic, p, OFFSET_END) for p in md.partitions]
+        self._consumer.assign(tps)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            first = self._consumer.poll(0.1)  # consume(n, t) would wait t for n messages
+            if first is None:
+                continue
+            for msg in [first, *self._consumer.consume(500, 0)]:
+                if msg.error() or msg.value() is None:
+                    continue
+                if msg.topic() == self._events_topic:
+                    ev = self._event_serde.decode(msg.value())
+                    self.routed[(ev.session_id, ev.seq)] = time.time_ns() // 1_000_000
+                else:
+                    a = self._assessment_serde.decode(msg.value())
+                    if a.trigger == "event":
+                        self.assessed[(a.session_id, a.seq)] = msg.timestamp()[1]
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+
+    def split(self, rows: list[tuple[int, int, str, int]]) -> str:
+        """p50/p99 of each hop over the delivered assessments both probes saw."""
+        hops: tuple[list[int], list[int], list[int]] = ([], [], [])
+        for recv, published, sid, seq in rows:
+            routed = self.routed.get((sid, seq))
+            assessed = self.assessed.get((sid, seq))
+            if routed is None or assessed is None:
+                continue
+            hops[0].append(routed - published)
+            hops[1].append(assessed - routed)
+            hops[2].append(recv - assessed)
+        names = ("publish->routed", "routed->assessed", "assessed->delivered")
+        return (
+            "; ".join(
+                f"{n} p50 {pct(h, 0.5):.0f} p99 {pct(h, 0.99):.0f}"
+                for n, h in zip(names, hops, strict=True)
+            )
+            + f" (ms, {len(hops[0])} joined)"
+        )
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def broker_pid(port: int) -> int | None:
+    """The pid of the Kafka broker JVM listening on ``port`` (for its CPU figure), if found."""
+    for proc in Path("/proc").glob("[0-9]*"):
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(c.endswith(b"kafka.Kafka") for c in cmd):
+            props = next(
+                (c for c in cmd if c.endswith(b".properties") and not c.startswith(b"-")), None
+            )
+            if props is None:
+                continue
+            try:
+                text = Path(props.decode()).read_text()
+            except OSError:
+                continue
+            if f":{port}" in text:
+                return int(proc.name)
+    return None
 
 
 def pct(values: list[int], q: float) -> float:
@@ -282,6 +397,7 @@ def main() -> int:
         )
         print(f"starting a local broker on {bootstrap}", flush=True)
         broker.start()
+    bpid = broker_pid(port)
     prefix = "lat" + uuid.uuid4().hex[:10]
     settings = Settings(bootstrap=bootstrap, prefix=prefix, events_partitions=args.partitions)
     work = Path(tempfile.mkdtemp(prefix=f"bench-latency-{prefix}-"))
@@ -337,9 +453,11 @@ def main() -> int:
                 procs.append(router)
                 received = Received()
                 sub = AssessmentSubscriber(settings, start="latest")
+                probe: StageProbe | None = None
                 sub_thread = threading.Thread(target=sub.run, args=(received,), daemon=True)
                 try:
                     sub.wait_ready(60)
+                    probe = StageProbe(settings)
                     sub_thread.start()
                     if agents is None:
                         t0 = time.monotonic()
@@ -377,6 +495,10 @@ def main() -> int:
                         m_before = worker_metrics(base)
                         r_before = router_commits(router_metrics_port)
                         cpu_before = os.times()
+                        pids = {"worker": worker.pid, "router": router.pid}
+                        if bpid is not None:
+                            pids["broker"] = bpid
+                        proc_cpu_before = {k: cpu_seconds(v) for k, v in pids.items()}
                         n, secs = run_phase(agents, rate, args.duration, rng)
                         published += n
                         t_flush = time.monotonic()
@@ -407,8 +529,12 @@ def main() -> int:
                         )
                         cpu = os.times()
                         bench_cpu = (cpu.user - cpu_before.user) + (cpu.system - cpu_before.system)
+                        proc_cpu = {k: cpu_seconds(pids[k]) - v for k, v in proc_cpu_before.items()}
+                        proc_cpu["bench"] = bench_cpu
+                        wall = time.monotonic() - t_flush + secs
                         with received.lock:
-                            lats = [r - t for r, t, _ in received.rows if t >= start_ms]
+                            phase_rows = [x for x in received.rows if x[1] >= start_ms]
+                            lats = [r - t for r, t, _, _ in phase_rows]
                             received.rows = [x for x in received.rows if x[1] < start_ms]
                         results.append(
                             {
@@ -451,7 +577,16 @@ def main() -> int:
                             ),
                             flush=True,
                         )
+                        print(f"  hops: {probe.split(phase_rows)}", flush=True)
+                        print(
+                            "  CPU (cores busy over the phase, of "
+                            f"{os.cpu_count()}): "
+                            + ", ".join(f"{k} {v / wall:.2f}" for k, v in proc_cpu.items()),
+                            flush=True,
+                        )
                 finally:
+                    if probe is not None:
+                        probe.close()
                     sub.close()
                     sub_thread.join(10)
                     stop(router)

@@ -81,6 +81,9 @@ def _linger_arg(value: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from streams.router.config import RouterConfig  # pure (no Kafka client import)
+
+    defaults = RouterConfig()
     parser.add_argument(
         "--bootstrap", help="Kafka bootstrap servers (default: $KAFKA_BOOTSTRAP or 127.0.0.1:9092)"
     )
@@ -141,6 +144,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "(default 1000)",
     )
     parser.add_argument(
+        "--fetch-wait-ms",
+        type=int,
+        default=defaults.fetch_wait_max_ms,
+        help="broker long-poll per fetch (default %(default)s): with --fetch-min-bytes, how "
+        "often a trickle of events is fetched; also delays a new topic's first fetch",
+    )
+    parser.add_argument(
+        "--fetch-min-bytes",
+        type=int,
+        default=defaults.fetch_min_bytes,
+        help="answer a fetch once this many bytes are ready (default %(default)s); 1 fetches "
+        "per arriving event, which with thousands of session topics costs much CPU",
+    )
+    parser.add_argument(
         "--no-announcements",
         action="store_true",
         help="ignore <prefix>.control session announcements (rely on --refresh-ms alone)",
@@ -192,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
         batch_max_messages=args.batch_size,
         batch_max_ms=args.batch_ms,
         metadata_refresh_ms=args.refresh_ms,
+        fetch_wait_max_ms=args.fetch_wait_ms,
+        fetch_min_bytes=args.fetch_min_bytes,
         use_announcements=not args.no_announcements,
         status_interval_s=args.status_every,
     )

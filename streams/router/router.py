@@ -238,6 +238,7 @@ class Router:
             "partition.assignment.strategy": "cooperative-sticky",
             "topic.metadata.refresh.interval.ms": cfg.metadata_refresh_ms,
             "fetch.wait.max.ms": cfg.fetch_wait_max_ms,
+            "fetch.min.bytes": cfg.fetch_min_bytes,
             "fetch.message.max.bytes": self._max_bytes + _TOPIC_MARGIN,
             # Static membership (KIP-345) keyed by the instance's stable id: a restarted
             # router takes its old member's place at once instead of waiting for the

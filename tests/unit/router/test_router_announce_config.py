@@ -81,6 +81,8 @@ def test_config_defaults_and_derivation() -> None:
         ({"batch_max_messages": 0}, "batch_max_messages"),
         ({"batch_max_ms": -1}, "batch_max_ms"),
         ({"metadata_refresh_ms": True}, "metadata_refresh_ms"),
+        ({"fetch_min_bytes": 0}, "fetch_min_bytes"),
+        ({"fetch_wait_max_ms": 0}, "fetch_wait_max_ms"),
         ({"replication_factor": 0}, "replication_factor"),
         ({"status_interval_s": -1.0}, "status_interval_s"),
         ({"transactional_id": "  "}, "transactional_id"),

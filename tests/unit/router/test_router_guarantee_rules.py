@@ -161,13 +161,27 @@ def test_run_passes_the_guarantee_to_the_router(
 
     monkeypatch.setattr(streams.router, "Router", FakeRouter, raising=False)
     monkeypatch.setattr(signal, "signal", lambda *a: None)
-    args = parse("--guarantee", "at-least-once", "--linger-ms", "2", "--batch-ms", "250")
+    args = parse(
+        "--guarantee",
+        "at-least-once",
+        "--linger-ms",
+        "2",
+        "--batch-ms",
+        "250",
+        "--fetch-wait-ms",
+        "40",
+        "--fetch-min-bytes",
+        "1",
+    )
     caplog.set_level("INFO", logger="streams.router")
     assert cmd.run(args) == 0
-    assert (seen[0].guarantee, seen[0].linger_ms, seen[0].batch_max_ms) == (
+    c = seen[0]
+    assert (c.guarantee, c.linger_ms, c.batch_max_ms, c.fetch_wait_max_ms, c.fetch_min_bytes) == (
         "at-least-once",
         2,
         250,
+        40,
+        1,
     )
     assert "stopped: routed 7, dead-lettered 0, 3 offset commits" in caplog.text
     assert "(at-least-once)" in caplog.text

@@ -21,8 +21,7 @@ readable (read_committed) in ``<prefix>.events``:
 
 * ``fetch_wait_max_ms`` matters most: a fetch long-poll in flight delays fetching
   a newly assigned partition by up to ``fetch.wait.max.ms`` (librdkafka default
-  500 ms gave a ~1.5 s floor; 50 ms gives ~0.3-0.4 s; the default is now 25 ms,
-  see ``fetch_min_bytes`` for why it also sets the fetch rate);
+  500 ms gave a ~1.5 s floor; 50 ms gives ~0.3-0.4 s);
 * regex refresh alone (``metadata_refresh_ms=1000``): ~0.9-1.3 s;
 * with the SDK's announcement on ``<prefix>.control`` (router requests full
   metadata at once): ~0.34-0.45 s, also through the real SDK (topic creation +
@@ -84,18 +83,18 @@ class RouterConfig:
     #: every full metadata refresh, so this bounds pickup when announcements are lost.
     metadata_refresh_ms: int = 1000
     #: Broker long-poll for fetches; low so new partitions start fetching quickly.
-    #: With :attr:`fetch_min_bytes` it is also how often the router fetches under a
-    #: trickle of events (see there).
-    fetch_wait_max_ms: int = 25
-    #: The broker answers a fetch once this many bytes are ready or
-    #: ``fetch_wait_max_ms`` has passed.  librdkafka looks up every topic of a fetch
-    #: response by a linear scan over all subscribed topics, and a response lists
-    #: every partition, so one fetch costs O(session topics^2): with 1,000 session
-    #: topics and ``fetch.min.bytes=1`` (a fetch per arriving event) that lookup was
-    #: 42 % of the router's CPU and the router used 0.43 cores at 1,000 events/s.
-    #: 64 KiB makes a trickle wait ``fetch_wait_max_ms`` per fetch (~40 fetches/s):
-    #: 0.21 cores, ~+12 ms mean routing latency; a backlog still fetches at once.
-    fetch_min_bytes: int = 64 * 1024
+    fetch_wait_max_ms: int = 50
+    #: The broker answers a fetch once this many bytes are ready (or after
+    #: ``fetch_wait_max_ms``).  1: a fetch per arriving event, the lowest latency.
+    #: That costs CPU with many session topics: librdkafka looks up every topic of
+    #: a fetch response by a linear scan over all subscribed topics, and a response
+    #: lists every partition, so one fetch is O(topics^2) -- 42 % of the router's
+    #: CPU (0.43 cores) at 1,000 events/s over 1,000 session topics.  Measured with
+    #: ``tests/bench/bench_latency.py`` (same load, 2 runs each): 64 KiB with a 25 ms
+    #: wait halves the router's CPU (0.21 cores) but raised publish -> routed from
+    #: p50 24 / p99 ~85 ms to p50 ~50 / p99 130-214 ms, so the default stays 1.
+    #: Raise it on a CPU-starved router where ~25-50 ms more latency is acceptable.
+    fetch_min_bytes: int = 1
     #: React to session announcements on ``<prefix>.control`` with an immediate
     #: metadata refresh (measured ~3x faster pickup than the periodic refresh alone).
     use_announcements: bool = True

@@ -68,6 +68,7 @@ class Context:
     events: int
     round: int
     batch_size: int
+    guarantee: str = "exactly-once"
 
 
 def _payload(i: int) -> tuple[dict[str, object], dict[str, object]]:
@@ -208,6 +209,7 @@ def stage_router(ctx: Context, decoder: Any = None, tag: str = "") -> StageResul
         batch_max_messages=ctx.batch_size,
         batch_max_ms=max(100, ctx.batch_size // 20),  # >= the product default (100 ms)
         status_interval_s=0,
+        guarantee=ctx.guarantee,  # type: ignore[arg-type]
     )
     router = Router(s, config, decoder=decoder)
     router.start()
@@ -220,7 +222,8 @@ def stage_router(ctx: Context, decoder: Any = None, tag: str = "") -> StageResul
     if stats.dead_lettered:
         print(f"  (router dead-lettered {stats.dead_lettered} events: check the publisher)")
     return StageResult(
-        f"router{'-' + tag if tag else ''} (batch {ctx.batch_size}: {stats.transactions} txns, "
+        f"router{'-' + tag if tag else ''} ({ctx.guarantee}, batch {ctx.batch_size}: "
+        f"{stats.transactions or stats.offset_commits} commits, "
         f"commit-wait {stats.commit_s:.2f} s)",
         stats.routed + stats.dead_lettered,
         end - router.first_assigned_at,
@@ -301,6 +304,12 @@ def main(argv: list[str] | None = None) -> int:
         default="5000",
         help="router messages per transaction; a comma list runs the router once per size",
     )
+    ap.add_argument(
+        "--guarantee",
+        choices=("exactly-once", "at-least-once"),
+        default="exactly-once",
+        help="the router's processing guarantee (router stages)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the bench topics afterwards")
     args = ap.parse_args(argv)
 
@@ -321,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
                 for b in (args.batch_size.split(",") if name.startswith("router") else ["0"])
             ]
             for k, (name, batch) in enumerate(runs):
-                res = STAGES[name](Context(settings, n, r * 100 + k, batch))
+                res = STAGES[name](Context(settings, n, r * 100 + k, batch, args.guarantee))
                 results.setdefault(name, []).append(res)
                 print(
                     f"round {r}: {res.name:40s} {res.events} events in {res.wall_s:6.2f} s "

@@ -41,7 +41,6 @@ import json
 import os
 import random
 import shlex
-import signal
 import subprocess
 import sys
 import tempfile
@@ -63,6 +62,9 @@ from streams.settings import Settings  # noqa: E402
 from streams.sim.driver import apply_action  # noqa: E402
 from streams.sim.scenarios import session_script  # noqa: E402
 
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+from procs import broker_pid, cpu_seconds, spawn, stop, worker_args  # noqa: E402
+
 KINDS = ("looping", "stalled", "budget_burner")
 
 
@@ -77,28 +79,6 @@ def delete_prefix_topics(bootstrap: str, prefix: str) -> None:
     for fut in admin.delete_topics(mine, operation_timeout=60).values():
         fut.result(timeout=120)
     print(f"deleted {len(mine)} topics of prefix {prefix}", flush=True)
-
-
-def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
-    fh = log.open("wb")
-    return subprocess.Popen(
-        [sys.executable, "-m", *args],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-        stdout=fh,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(10)
 
 
 def get_json(url: str) -> Any:
@@ -300,37 +280,6 @@ class StageProbe:
         )
 
 
-def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` so far (Linux ``/proc``; 0 elsewhere)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def broker_pid(port: int) -> int | None:
-    """The pid of the Kafka broker JVM listening on ``port`` (for its CPU figure), if found."""
-    for proc in Path("/proc").glob("[0-9]*"):
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(c.endswith(b"kafka.Kafka") for c in cmd):
-            props = next(
-                (c for c in cmd if c.endswith(b".properties") and not c.startswith(b"-")), None
-            )
-            if props is None:
-                continue
-            try:
-                text = Path(props.decode()).read_text()
-            except OSError:
-                continue
-            if f":{port}" in text:
-                return int(proc.name)
-    return None
-
-
 def pct(values: list[int], q: float) -> float:
     if not values:
         return float("nan")
@@ -409,12 +358,7 @@ def main() -> int:
         common = ["--bootstrap", bootstrap, "--prefix", prefix]
         worker = spawn(
             [
-                "streams.commands.worker",
-                *common,
-                "--data-dir",
-                str(work / "worker"),
-                "--web-port",
-                str(web_port),
+                *worker_args(bootstrap, prefix, work / "worker", web_port),
                 *shlex.split(args.worker_args),
             ],
             work / "worker.log",

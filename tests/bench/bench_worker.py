@@ -23,11 +23,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import pstats
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,6 +39,9 @@ sys.path.insert(0, str(REPO))
 from streams.core.events import TraceEvent  # noqa: E402
 from streams.settings import Settings  # noqa: E402
 from streams.sim.events import fleet_events  # noqa: E402
+
+sys.path.insert(0, str(REPO / "tests" / "bench"))
+from procs import cpu_seconds, spawn, stop, worker_args  # noqa: E402
 
 
 def sim_events(n: int, sessions: int, seed: int = 0, prefix: str = "sim") -> list[TraceEvent]:
@@ -81,11 +81,6 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _stats(port: int) -> dict[str, Any] | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2) as r:
@@ -100,28 +95,11 @@ def run_worker(
 ) -> dict[str, Any]:
     port = _free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="bench-worker-"))
-    cmd = [sys.executable]
-    if profile is not None:
-        cmd += ["-m", "cProfile", "-o", str(profile)]
-    cmd += [
-        "-m",
-        "streams.commands.worker",
-        "--bootstrap",
-        settings.bootstrap,
-        "--prefix",
-        settings.prefix,
-        "--data-dir",
-        str(data_dir),
-        "--web-port",
-        str(port),
-        "--worker-id",
-        f"bench-{mode}",
-    ]
-    if mode == "no-engine":
-        cmd.append("--no-engine")
-    log = (data_dir / "worker.log").open("wb")
-    proc = subprocess.Popen(
-        cmd, cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=log, stderr=log
+    extra = ["--worker-id", f"bench-{mode}"] + (["--no-engine"] if mode == "no-engine" else [])
+    proc = spawn(
+        [*worker_args(settings.bootstrap, settings.prefix, data_dir, port), *extra],
+        data_dir / "worker.log",
+        profile=profile,
     )
     first: tuple[float, float, int] | None = None
     last: tuple[float, float, int] = (0.0, 0.0, 0)
@@ -133,7 +111,7 @@ def run_worker(
             st = _stats(port)
             if st is not None:
                 done = int(st["applied"]) + int(st["duplicates"])
-                now, cpu = time.monotonic(), _cpu_s(proc.pid)
+                now, cpu = time.monotonic(), cpu_seconds(proc.pid)
                 if done and first is None:
                     first = (now, cpu, done)
                 last = (now, cpu, done)
@@ -143,13 +121,7 @@ def run_worker(
         else:
             raise RuntimeError(f"timed out at {last[2]}/{n} events; see {data_dir}/worker.log")
     finally:
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-        log.close()
+        stop(proc)
     assert first is not None
     span = last[0] - first[0]
     counted = last[2] - first[2]

@@ -17,7 +17,10 @@ A script, not a test (prints figures, asserts nothing).  On a fresh topic prefix
    and waits for the worker to drain;
 4. prints per (batch-ms, rate): events published and the rate achieved, the
    worker's applied rate during the phase and its drain time (did it keep up?),
-   assessments received, and latency p50/p95/p99/max.
+   assessments received, and latency p50/p95/p99/max; then the same latency split
+   into hops (``StageProbe``: publish -> routed -> assessed -> delivered) and the
+   CPU each process used over the phase (broker, router, worker, this process),
+   which tells whether the machine, not a stage, was the limit.
 
 Latency of one assessment = subscriber receive wall time - the assessment's
 ``timestamp_ms``.  For an event-triggered assessment that is the triggering

@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import json
 import pstats
-import socket
 import sys
 import tempfile
 import time
@@ -36,6 +35,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from streams.broker import free_port  # noqa: E402
 from streams.core.events import TraceEvent  # noqa: E402
 from streams.settings import Settings  # noqa: E402
 from streams.sim.events import fleet_events  # noqa: E402
@@ -75,12 +75,6 @@ def produce(settings: Settings, events: list[TraceEvent]) -> float:
     return time.perf_counter() - t0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _stats(port: int) -> dict[str, Any] | None:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/stats", timeout=2) as r:
@@ -93,7 +87,7 @@ def _stats(port: int) -> dict[str, Any] | None:
 def run_worker(
     settings: Settings, n: int, mode: str, profile: Path | None, timeout_s: float
 ) -> dict[str, Any]:
-    port = _free_port()
+    port = free_port()
     data_dir = Path(tempfile.mkdtemp(prefix="bench-worker-"))
     extra = ["--worker-id", f"bench-{mode}"] + (["--no-engine"] if mode == "no-engine" else [])
     proc = spawn(

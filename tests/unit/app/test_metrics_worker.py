@@ -5,20 +5,12 @@ from __future__ import annotations
 import time
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from prom_samples import samples
 
 from streams.app.metrics import WorkerMetrics
 from streams.core.assessment import Assessment, CurrentAssessment
 from streams.core.engine import EngineOutput, PatternDetection
 from streams.core.patterns import TrajectoryPattern
-
-
-def samples(m: WorkerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for fam in text_string_to_metric_families(m.render().decode()):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def _pattern(ptype: str) -> PatternDetection:

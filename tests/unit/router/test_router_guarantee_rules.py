@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from prometheus_client.parser import text_string_to_metric_families
+from prom_samples import samples
 
 import streams.router.router as router_mod
 from streams.commands import router as cmd
@@ -194,14 +194,6 @@ def test_status_line_names_the_modes_commits() -> None:
     line = format_status(a, b, 3, "at-least-once")
     assert "offset-commits 4 failed 1" in line and "txns" not in line
     assert "txns 0 aborts 0" in format_status(a, b, 3)
-
-
-def samples(m: RouterMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for fam in text_string_to_metric_families(m.render().decode()):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def test_metrics_at_least_once_count_at_the_flush() -> None:

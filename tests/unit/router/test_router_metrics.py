@@ -9,17 +9,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
+from prom_samples import samples
 
 from streams.router.metrics import RouterMetrics
-
-
-def samples(m: RouterMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    out = {}
-    for fam in text_string_to_metric_families(m.render().decode()):
-        for s in fam.samples:
-            out[(s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 def test_counts_move_only_when_the_transaction_commits() -> None:

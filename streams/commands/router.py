@@ -117,17 +117,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--batch-size",
         type=int,
-        default=5000,
+        default=defaults.batch_max_messages,
         help="commit a transaction (at-least-once: the offsets) after this many messages "
-        "(default 5000)",
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--batch-ms",
         type=int,
-        default=100,
-        help="... or after it has been open this many ms (default 100). Exactly-once: bounds "
-        "the added latency. At-least-once: the offset commit interval, adds no latency, bounds "
-        "what a crash repeats",
+        default=defaults.batch_max_ms,
+        help="... or after it has been open this many ms (default %(default)s). Exactly-once: "
+        "bounds the added latency. At-least-once: the offset commit interval, adds no "
+        "latency, bounds what a crash repeats",
     )
     parser.add_argument(
         "--linger-ms",
@@ -139,9 +139,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--refresh-ms",
         type=int,
-        default=1000,
+        default=defaults.metadata_refresh_ms,
         help="metadata refresh period: bounds new-topic pickup without announcements "
-        "(default 1000)",
+        "(default %(default)s)",
     )
     parser.add_argument(
         "--fetch-wait-ms",

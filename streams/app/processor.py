@@ -433,8 +433,9 @@ class EventProcessor:
         run in between (``PendingWrite.encode`` gives the bytes of the value at the
         time of this call, whatever the session does next).
 
-        ``engines=False`` leaves the dirty engines alone (they stay dirty): the
-        worker then takes them a few at a time with :meth:`take_engines`, because
+        ``engines=False`` leaves the dirty engines, and the counters of those
+        sessions, alone (they stay dirty): the worker then takes them a few at a time
+        with :meth:`take_engines`, because
         snapshotting ~1,000 engines at once held the batch lock for ~40 ms.
         """
         part = self._partition.get

@@ -16,8 +16,9 @@ events each; healthy ones end sooner), takes every engine's
 * **old** -- the previous algorithm (plain-dict walk + ``json.dumps``), kept
   here as a copy, over the same warm snapshots (best of the rounds).
 
-It also prints how much the cache holds, and checks (after the timed passes,
-as encoding a state twice would flatter them) that the bytes equal the old
+It also prints what ``compress=True`` (the worker's engine table form) adds:
+the deflate time per state and the size ratio.  And how much the cache holds,
+and checks (after the timed passes, as encoding a state twice would flatter them) that the bytes equal the old
 algorithm's.  Event building, feeding and snapshots are outside the timed
 regions.
 """
@@ -29,6 +30,7 @@ import gc
 import random
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
@@ -131,8 +133,24 @@ def main() -> int:
     codec.clear_fragment_cache()
     identical = identical and all(codec.encode_state(s) == old_encode_state(s) for s in states)
 
+    # What ``compress=True`` (the worker's engine table form) adds: deflating the
+    # canonical bytes, timed on their own, and how much smaller they get.
+    plain = [codec.encode_state(s) for s in states]
+    gc.collect()
+    t0 = time.perf_counter()
+    for b in plain:
+        zlib.compress(b, codec._DEFLATE_LEVEL)
+    deflate = time.perf_counter() - t0
+    packed_bytes = sum(len(codec.encode_state(s, compress=True)) for s in states)
+    plain_bytes = sum(len(b) for b in plain)
+
     best = min(warm[1:]) if len(warm) > 1 else warm[0]
     print(f"cold   (cache cleared)             {cold * 1e6 / n:8.1f} µs/state")
+    print(
+        f"deflate (compress=True adds)        {deflate * 1e6 / n:8.1f} µs/state  "
+        f"(size {plain_bytes / packed_bytes:.1f}x smaller: {plain_bytes / n / 1024:.1f} -> "
+        f"{packed_bytes / n / 1024:.1f} KiB)"
+    )
     print(f"warm 1 (+1 event, after cold)      {warm[0] * 1e6 / n:8.1f} µs/state")
     print(
         f"warm   (+1 event, rounds 2..{len(warm)} best) {best * 1e6 / n:8.1f} µs/state  "

@@ -18,9 +18,9 @@ events each; healthy ones end sooner), takes every engine's
 
 It also prints what ``compress=True`` (the worker's engine table form) adds:
 the deflate time per state and the size ratio.  And how much the cache holds,
-and checks (after the timed passes, as encoding a state twice would flatter them) that the bytes equal the old
-algorithm's.  Event building, feeding and snapshots are outside the timed
-regions.
+and checks (after the timed passes, as encoding a state twice would flatter
+them) that the bytes equal the old algorithm's.  Event building, feeding and
+snapshots are outside the timed regions.
 """
 
 from __future__ import annotations

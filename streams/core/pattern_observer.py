@@ -82,6 +82,11 @@ ESCALATING_PATTERNS: Final[frozenset[str]] = frozenset(
 )
 
 
+#: Pattern types whose confidence alone can reach warning (the detectors raise it
+#: with every further repeat).
+_WARN_AT_CONFIDENCE: Final[frozenset[str]] = frozenset({"doom_loop", "monologue", "context_loop"})
+
+
 def _short(text: str, limit: int = 40) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + " ..."
@@ -154,13 +159,18 @@ class PatternObserver:
     def name(self) -> str:
         return "Patterns"
 
+    @property
+    def watches_agent_events(self) -> bool:
+        """Run on agent messages/model steps too (monologue, context loop)."""
+        return True
+
     # ------------------------------------------------------------------ policy
 
     def pattern_severity(self, pattern: PatternView) -> Severity:
         """Severity of one pattern (see the module docstring)."""
         ptype = pattern.pattern_type
         conf = pattern.confidence
-        if ptype == "doom_loop" and conf >= self.warning_confidence:
+        if ptype in _WARN_AT_CONFIDENCE and conf >= self.warning_confidence:
             return "warning"
         if ptype == "repeated_error" and conf >= self.caution_confidence:
             count = int(getattr(pattern, "count", pattern.occurrences))
@@ -343,6 +353,20 @@ class PatternObserver:
             symptoms = tuple(getattr(p, "symptoms", ()) or ())
             what = "; ".join(symptoms) if symptoms else "signs of context pressure"
             return f"Context degradation: {what} ({conf})."
+        if ptype == "monologue":
+            reps = getattr(p, "repetitions", p.occurrences)
+            return f"You sent the same message {reps} times without a tool call ({conf})."
+        if ptype == "context_loop":
+            n = getattr(p, "count", p.occurrences)
+            return (
+                f"{n} context-window errors or condensations with no progress "
+                f"between them ({conf})."
+            )
+        if ptype == "alternating_cycle":
+            actions = tuple(getattr(p, "cycle_actions", ()) or ())
+            reps = getattr(p, "repetitions", p.occurrences)
+            same = " with the same results" if getattr(p, "identical_results", False) else ""
+            return f"Alternating {' <-> '.join(actions)} {reps} times{same} ({conf})."
         return f"Pattern {ptype.replace('_', ' ')} seen {p.occurrences} times ({conf})."
 
     @staticmethod
@@ -429,6 +453,30 @@ class PatternObserver:
                 (
                     "You keep switching back and forth on the same target; "
                     "make one complete change, then verify.",
+                    None,
+                )
+            )
+        elif ptype == "monologue":
+            out.append(
+                (
+                    "Stop repeating the message: act on it with a tool call, "
+                    "or finish if the task is done.",
+                    None,
+                )
+            )
+        elif ptype == "context_loop":
+            out.append(
+                (
+                    "The context keeps overflowing: read smaller pieces (line ranges, head/grep) "
+                    "and avoid commands with large outputs.",
+                    None,
+                )
+            )
+        elif ptype == "alternating_cycle":
+            out.append(
+                (
+                    "You keep alternating between the same two actions; "
+                    "change the approach instead of another round.",
                     None,
                 )
             )

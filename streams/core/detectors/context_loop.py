@@ -127,7 +127,7 @@ class ContextLoopLogic:
         if self.count < self.thr:
             return None
         return ContextLoop(
-            confidence=min(1.0, 0.7 + 0.1 * (self.count - self.thr)),
+            confidence=min(1.0, (7 + self.count - self.thr) / 10),
             evidence=(
                 *self.kinds,
                 f"{self.count} context-window errors/condensations with no progress between them",

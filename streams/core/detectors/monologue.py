@@ -134,7 +134,7 @@ class MonologueLogic:
         if self.run < self.thr:
             return None
         return Monologue(
-            confidence=min(1.0, 0.7 + 0.1 * (self.run - self.thr)),
+            confidence=min(1.0, (7 + self.run - self.thr) / 10),
             evidence=(
                 f'"{self.last_text}"',
                 f"the same message {self.run}x in a row with no tool call in between",

@@ -9,8 +9,10 @@ writes them:
   # expected: [{tool: fetch}, {tool: save, args: {id: 1}}]   # in_order / exact
 
 Prints each session's score, hits, misses and verdict (pass >= 0.8,
-borderline >= 0.6, else fail).  Exit code: 0 when every session passes or is
-borderline, 1 when any fails, 2 for a bad config or input.
+borderline >= 0.6, else fail).  An empty JSON Lines file is an empty trace and
+is scored (no calls: 0, fail, the missing tools named), as AgentV scores it.
+Exit code: 0 when every session passes or is borderline, 1 when any fails, 2
+for a bad config or input.
 
 Examples:
   trajectory eval run.traj.gz --config evals/must-search.yaml
@@ -63,13 +65,16 @@ def run(args: argparse.Namespace) -> int:
     import json
     import sys
 
+    from streams.commands.summary import is_empty_jsonl
     from streams.core.events import TraceEvent
     from streams.core.tool_trajectory import evaluate_session
     from streams.importers import read_events
 
     configs = load_eval_config(args.config)
     sessions: dict[str, list[TraceEvent]] = {}
-    for event in read_events(args.path, args.format):
+    if is_empty_jsonl(args.path, args.format):
+        sessions[""] = []  # an empty trace is scored, as AgentV's evaluator does
+    for event in () if "" in sessions else read_events(args.path, args.format):
         sessions.setdefault(event.session_id, []).append(event)
     out = sys.stdout
     failed = 0
@@ -79,7 +84,8 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             out.write(json.dumps(result.to_json(), ensure_ascii=False) + "\n")
             continue
-        out.write(f"{sid}: score {result.score:.2f}  verdict {result.verdict.upper()}\n")
+        label = sid or "(empty trace)"
+        out.write(f"{label}: score {result.score:.2f}  verdict {result.verdict.upper()}\n")
         for ev in result.evaluators:
             out.write(f"  [{ev.name}] mode {ev.mode}  score {ev.score:.2f}  {ev.verdict}\n")
             for hit in ev.hits:

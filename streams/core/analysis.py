@@ -335,6 +335,10 @@ class _DetectorSlot:
         self.name = detector.name
 
 
+def _event_slots(slots: list[_DetectorSlot]) -> tuple[_DetectorSlot, ...]:
+    return tuple(s for s in slots if callable(getattr(s.detector, "on_event", None)))
+
+
 def _build_detector(spec: Any, cfg: TrajectoryAnalysisConfig, snapshot: Any) -> _DetectorSlot:
     if isinstance(spec, DetectorFactory):
         return _DetectorSlot(spec, spec.build(cfg, snapshot))
@@ -355,8 +359,10 @@ class TrajectoryBuilder:
     def __init__(self, config: TrajectoryAnalysisConfig | None = None) -> None:
         self._cfg = config if config is not None else TrajectoryAnalysisConfig()
         self._slots: list[_DetectorSlot] = []
+        self._event_slots: tuple[_DetectorSlot, ...] = ()
         self._init_state()
         self._slots = [_build_detector(d, self._cfg, None) for d in self._cfg.detectors]
+        self._event_slots = _event_slots(self._slots)
 
     @classmethod
     def from_config(cls, config: TrajectoryAnalysisConfig) -> TrajectoryBuilder:
@@ -399,7 +405,21 @@ class TrajectoryBuilder:
 
     # ----------------------------------------------------------------- events
     def on_event(self, ev: TraceEvent) -> tuple[TrajectoryPattern, ...]:
-        """Apply one event; return the patterns that *fired* on it."""
+        """Apply one event; return the patterns that *fired* on it.
+
+        Detectors with an ``on_event`` method (:class:`EventDetector`) then see
+        the event itself too, after it was applied.
+        """
+        fired = self._on_event(ev)
+        if not self._event_slots:
+            return fired
+        more: list[TrajectoryPattern] = []
+        for slot in self._event_slots:
+            pattern = slot.detector.on_event(ev, self)  # type: ignore[attr-defined]
+            self._settle(slot, pattern, self._completed, ev.timestamp_ms, more)
+        return fired + tuple(more) if more else fired
+
+    def _on_event(self, ev: TraceEvent) -> tuple[TrajectoryPattern, ...]:
         ts = ev.timestamp_ms
         first = self._first_ts
         if first is None:
@@ -564,40 +584,49 @@ class TrajectoryBuilder:
 
     def _run_detectors(self, record: ToolCallRecord) -> tuple[TrajectoryPattern, ...]:
         fired: list[TrajectoryPattern] = []
-        active = self._active
         for slot in self._slots:
-            pattern = slot.detector.detect(self)
-            name = slot.name
-            prev = active.get(name)
-            if pattern is None:
-                if prev is not None:
-                    del active[name]
-                    self._latest.pop(name, None)
-                continue
-            if (
-                prev is not None
-                and prev.pattern_type == pattern.pattern_type
-                and prev.key == pattern.key
-            ):
-                # Still the same instance: keep the firing's identity, refresh the
-                # details lazily (materialized in patterns()/build()/snapshot()).
-                self._latest[name] = pattern
-                continue
-            fkey = (pattern.pattern_type, pattern.key)
-            count = self._fired.pop(fkey, 0) + 1
-            if len(self._fired) >= MAX_FIRED_KEYS:
-                self._fired.pop(next(iter(self._fired)))
-            self._fired[fkey] = count
-            pattern = replace(
-                pattern,
-                occurrences=count,
-                first_seen_ms=record.timestamp_ms,
-                call_index=record.call_index,
+            self._settle(
+                slot, slot.detector.detect(self), record.call_index, record.timestamp_ms, fired
             )
-            active[name] = pattern
-            self._latest.pop(name, None)
-            fired.append(pattern)
         return tuple(fired)
+
+    def _settle(
+        self,
+        slot: _DetectorSlot,
+        pattern: TrajectoryPattern | None,
+        call_index: int,
+        timestamp_ms: int,
+        fired: list[TrajectoryPattern],
+    ) -> None:
+        """Record what ``slot`` sees now: clear, refresh (same key) or fire."""
+        active = self._active
+        name = slot.name
+        prev = active.get(name)
+        if pattern is None:
+            if prev is not None:
+                del active[name]
+                self._latest.pop(name, None)
+            return
+        if (
+            prev is not None
+            and prev.pattern_type == pattern.pattern_type
+            and prev.key == pattern.key
+        ):
+            # Still the same instance: keep the firing's identity, refresh the
+            # details lazily (materialized in patterns()/build()/snapshot()).
+            self._latest[name] = pattern
+            return
+        fkey = (pattern.pattern_type, pattern.key)
+        count = self._fired.pop(fkey, 0) + 1
+        if len(self._fired) >= MAX_FIRED_KEYS:
+            self._fired.pop(next(iter(self._fired)))
+        self._fired[fkey] = count
+        pattern = replace(
+            pattern, occurrences=count, first_seen_ms=timestamp_ms, call_index=call_index
+        )
+        active[name] = pattern
+        self._latest.pop(name, None)
+        fired.append(pattern)
 
     # ------------------------------------------------------------ view (live)
     @property
@@ -768,6 +797,7 @@ class TrajectoryBuilder:
         self._orphans = state.orphan_result_count
         snaps = dict(state.detectors)
         self._slots = [_build_detector(d, config, snaps.get(d.name)) for d in config.detectors]
+        self._event_slots = _event_slots(self._slots)
         return self
 
     def feed(self, events: Iterable[TraceEvent]) -> list[TrajectoryPattern]:

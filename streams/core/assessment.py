@@ -58,6 +58,13 @@ class Assessment:
     ``suggested_tools`` names tools the suggestions recommend; it is not
     rendered, the engine feeds it to ``TrajectoryBuilder.note_suggestion`` so
     the tool-avoidance detector knows what was recommended.
+
+    ``tracked`` is the observer's memory of what it has already told the agent
+    (the specification's "assessment history" extension), not rendered: one
+    ``(pattern_type, fired_at_call, first_reported_at_call)`` per pattern
+    instance reported at caution or above.  The next assessment of the same
+    observer reads it back (through :class:`AssessmentHistory`) to say since
+    which call a problem was first reported and to escalate when it goes on.
     """
 
     observer_name: str
@@ -67,6 +74,7 @@ class Assessment:
     severity: Severity = "info"
     timestamp_ms: int = 0
     suggested_tools: tuple[str, ...] = ()
+    tracked: tuple[tuple[str, int, int], ...] = ()
 
     def __post_init__(self) -> None:
         severity_rank(self.severity)

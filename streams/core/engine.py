@@ -21,7 +21,10 @@ Per applied event, in order:
    :class:`~streams.core.observers.ObserverState`; the assessments produced
    become the session's :class:`~streams.core.assessment.CurrentAssessment`
    (``call_index`` = tool calls so far), tools they suggest are reported back
-   to the builder (``note_suggestion``).
+   to the builder (``note_suggestion``).  An observer whose
+   ``watches_agent_events`` is true (the pattern observer) also runs on
+   agent messages, model steps and agent-level errors, which event detectors
+   (monologue, context loop) judge although they make no tool call.
 
 Bad events raise :class:`~streams.core.errors.InvalidEventError` naming the
 field (another session's id, a ``budget`` event without a budget, a
@@ -363,6 +366,12 @@ class SessionEngine:
         is_result = ev.type == "tool_result" or (ev.type == "error" and ev.call_id is not None)
         call_step = delta > 0 or is_result
         failure = is_result and (ev.type == "error" or ev.is_error)
+        # an agent message/model step/agent error is no call step, but event
+        # detectors (monologue, context loop) judge it: observers that say so
+        # (``watches_agent_events``) run on it too
+        agent_step = not call_step and (
+            bool(fired) or ev.type in ("message", "model_step", "error")
+        )
 
         for name, st in self._observer_states.items():
             if delta:
@@ -383,6 +392,8 @@ class SessionEngine:
                 call_step=call_step,
                 failure_completed=failure,
             ) or (deadline_due and _watches_deadline(oc))
+            if not due and agent_step and _watches_agent_events(oc):
+                due = True
             if due:
                 a = self._run(oc, st, analysis, now, fired)
                 if a is not None:
@@ -509,6 +520,10 @@ class SessionEngine:
         if last_event is None or ev.timestamp_ms > last_event:
             last_event = ev.timestamp_ms
         self._load(replace(point, last_seq=ev.seq, last_event_ms=last_event))
+
+
+def _watches_agent_events(oc: ObserverConfig) -> bool:
+    return bool(getattr(oc.observer, "watches_agent_events", False))
 
 
 def _watches_deadline(oc: ObserverConfig) -> bool:

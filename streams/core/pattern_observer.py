@@ -16,15 +16,40 @@ reserved for strong evidence):
 It is meant to run on every call but only *answers* (``should_run``) when a
 pattern of at least caution severity newly fired on this event, or when the
 severity of the active patterns differs from its own previous assessment
-(escalation, or patterns clearing — then it says so once at ``info``).  A
-healthy session therefore never gets a pattern assessment, and weak (info)
-patterns alone never trigger one.
+(escalation, or patterns clearing — then it says so once at ``info``, naming
+what stopped).  A healthy session therefore never gets a pattern assessment,
+and weak (info) patterns alone never trigger one.
+
+Persistence and escalation (the specification's "severity trends" and
+"assessment history" extensions), driven by events only:
+
+* **refresh** — while a pattern of at least caution severity stays active (its
+  detector confirmed it again on the last completed call: a pattern the
+  detector no longer sees is dropped by the analysis), the observer answers
+  again once ``refresh_calls`` tool calls have passed since it last spoke, and
+  on the next call step whenever another observer's assessment replaced its
+  own as the session's current one.  With ``refresh_calls`` below the
+  staleness horizon (20 calls, ``CurrentAssessment.is_stale``), the agent's
+  context is never stale while the problem lasts;
+* **memory** — every assessment records in ``Assessment.tracked`` which pattern
+  instances (type + the call it fired at) it reported at caution or above and
+  since which call they were first reported; the next assessment reads that
+  back from the history, so the text says how long the pattern has lasted and
+  since which call it was first reported;
+* **escalation** — a pattern reported at ``caution`` that is still active
+  ``escalate_after_calls`` calls after it was first reported is raised to
+  ``warning`` (it went on after the agent was told) — for the loop-like types
+  of :data:`ESCALATING_PATTERNS` only.
+
+Invariant: the same events give the same assessments (event time and call
+counts only, no timers), so a replay reproduces refreshes and escalations.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Final
 
 from streams.core.assessment import Assessment, Observation, Severity, max_severity
 from streams.core.errors import ConfigError
@@ -47,6 +72,21 @@ _INSPECT_HINTS = (
 )
 
 
+#: Pattern types whose persistence after a report is itself strong evidence (the
+#: agent repeats the same thing although it was told): only these escalate.
+#: Heuristic patterns (context degradation, thrashing, stall, drift) stay at
+#: their own severity however long they last: on resolved runs they are the
+#: usual source of false alarms.
+ESCALATING_PATTERNS: Final[frozenset[str]] = frozenset(
+    {"doom_loop", "repeated_error", "monologue", "context_loop", "alternating_cycle"}
+)
+
+
+#: Pattern types whose confidence alone can reach warning (the detectors raise it
+#: with every further repeat).
+_WARN_AT_CONFIDENCE: Final[frozenset[str]] = frozenset({"doom_loop", "monologue", "context_loop"})
+
+
 def _short(text: str, limit: int = 40) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + " ..."
@@ -61,6 +101,27 @@ def _call_label(call: ToolCallView) -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class _Judged:
+    """One active pattern as the observer judges it on this call."""
+
+    pattern: PatternView
+    base: Severity
+    effective: Severity
+    first_reported: int | None
+
+
+def _pattern_start(p: PatternView, last_completed: int) -> int:
+    """The first call of the pattern: for a loop (``repetitions`` x ``cycle_length``
+    ending at the last completed call) its first repeated call, else the call it
+    fired at."""
+    reps = getattr(p, "repetitions", None)
+    length = getattr(p, "cycle_length", None)
+    if isinstance(reps, int) and isinstance(length, int) and reps > 0 and length > 0:
+        return max(1, min(p.call_index, last_completed - reps * length + 1))
+    return p.call_index
+
+
+@dataclass(frozen=True, slots=True)
 class PatternObserver:
     """Report active trajectory patterns with evidence and per-type advice."""
 
@@ -68,6 +129,8 @@ class PatternObserver:
     caution_confidence: float = 0.6
     warning_error_count: int = 5
     recent_window: int = 50
+    refresh_calls: int = 5
+    escalate_after_calls: int = 3
 
     def __post_init__(self) -> None:
         for key in ("warning_confidence", "caution_confidence"):
@@ -80,7 +143,12 @@ class PatternObserver:
                 raise ConfigError(
                     f"thresholds.{key}", f"expected a confidence between 0 and 1, got {value!r}"
                 )
-        for key in ("warning_error_count", "recent_window"):
+        for key in (
+            "warning_error_count",
+            "recent_window",
+            "refresh_calls",
+            "escalate_after_calls",
+        ):
             value = getattr(self, key)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(
@@ -91,13 +159,18 @@ class PatternObserver:
     def name(self) -> str:
         return "Patterns"
 
+    @property
+    def watches_agent_events(self) -> bool:
+        """Run on agent messages/model steps too (monologue, context loop)."""
+        return True
+
     # ------------------------------------------------------------------ policy
 
     def pattern_severity(self, pattern: PatternView) -> Severity:
         """Severity of one pattern (see the module docstring)."""
         ptype = pattern.pattern_type
         conf = pattern.confidence
-        if ptype == "doom_loop" and conf >= self.warning_confidence:
+        if ptype in _WARN_AT_CONFIDENCE and conf >= self.warning_confidence:
             return "warning"
         if ptype == "repeated_error" and conf >= self.caution_confidence:
             count = int(getattr(pattern, "count", pattern.occurrences))
@@ -116,44 +189,91 @@ class PatternObserver:
             by_type[p.pattern_type] = p
         return tuple(by_type.values())
 
+    def _judge(self, context: ObserverContext) -> list[_Judged]:
+        """Each active pattern with its base and effective severity and, when the
+        agent was already told about it, the call it was first reported at."""
+        previous = context.history.last_for(self.name)
+        told: dict[tuple[str, int], int] = {}
+        if previous is not None:
+            told = {(t, fired): first for t, fired, first in previous.tracked}
+        out: list[_Judged] = []
+        for p in self._active(context):
+            base = self.pattern_severity(p)
+            first = told.get((p.pattern_type, p.call_index))
+            effective = base
+            if (
+                base == "caution"
+                and p.pattern_type in ESCALATING_PATTERNS
+                and first is not None
+                and context.call_index - first >= self.escalate_after_calls
+            ):
+                effective = "warning"
+            out.append(_Judged(p, base, effective, first))
+        return out
+
     def should_run(self, context: ObserverContext) -> bool:
-        """Speak on a newly fired pattern of at least caution severity, or when the
+        """Speak on a newly fired pattern of at least caution severity, when the
         active patterns' severity differs from what this observer last said
-        (including "everything cleared").  Weak (info) patterns alone never make
-        it speak; they are included when it speaks for another reason."""
-        active = self._active(context)
-        current = max_severity(*(self.pattern_severity(p) for p in active))
+        (escalation, or "everything cleared"), and, while a caution-or-warning
+        pattern lasts, every ``refresh_calls`` calls or when another observer's
+        assessment replaced this one's (module docstring).  Weak (info) patterns
+        alone never make it speak; they are included when it speaks for another
+        reason."""
+        judged = self._judge(context)
+        current = max_severity(*(j.effective for j in judged))
         previous = context.history.last_for(self.name)
         if previous is None:
             return current != "info"
-        if not active:
+        if not judged:
             return bool(previous.observations)  # patterns cleared since we last spoke: say so once
         if any(self.pattern_severity(p) != "info" for p in context.new_patterns):
             return True
-        return current != previous.severity
+        if current != previous.severity:
+            return True
+        if current == "info":
+            return False
+        since = context.call_index - context.observer_state.last_assessment_call_index
+        if since >= self.refresh_calls:
+            return True
+        latest = context.history.latest
+        return latest is not None and all(a.observer_name != self.name for a in latest.assessments)
 
     # ----------------------------------------------------------------- observe
 
     def observe(self, context: ObserverContext) -> Assessment:
-        active = self._active(context)
-        if not active:
-            return Assessment(
-                observer_name=self.name,
-                summary="No trajectory patterns are active any more; the earlier ones cleared.",
-                severity="info",
-                timestamp_ms=context.now_ms,
-            )
+        judged = self._judge(context)
+        if not judged:
+            return self._cleared(context)
+        call = context.call_index
         recent = context.recent_tool_calls(self.recent_window)
         observations: list[Observation] = []
         suggestions: list[str] = []
         tools: list[str] = []
-        severities: list[Severity] = []
-        for p in active:
-            severities.append(self.pattern_severity(p))
+        tracked: list[tuple[str, int, int]] = []
+        told: list[int] = []
+        escalated = False
+        for j in judged:
+            p = j.pattern
+            description = self._describe(p)
+            if j.base != "info":
+                first = j.first_reported if j.first_reported is not None else call
+                tracked.append((p.pattern_type, p.call_index, first))
+                if j.first_reported is not None:
+                    told.append(j.first_reported)
+                    last = recent[-1].call_index if recent else call
+                    start = _pattern_start(p, last)
+                    description += (
+                        f" It has lasted {call - start + 1} calls (since call #{start}) and "
+                        f"is still going {call - j.first_reported} calls after it was first "
+                        f"reported (after call #{j.first_reported})."
+                    )
+                    if j.effective != j.base:
+                        escalated = True
+                        description += " Raised to warning: it continued after you were told."
             observations.append(
                 Observation(
                     category=p.pattern_type,
-                    description=self._describe(p),
+                    description=description,
                     evidence="\n".join(p.evidence) if p.evidence else None,
                 )
             )
@@ -162,20 +282,48 @@ class PatternObserver:
                     suggestions.append(text)
                 if tool is not None and tool not in tools:
                     tools.append(tool)
-        names = ", ".join(p.pattern_type.replace("_", " ") for p in active)
-        plural = "s" if len(active) != 1 else ""
+        names = ", ".join(j.pattern.pattern_type.replace("_", " ") for j in judged)
+        plural = "s" if len(judged) != 1 else ""
         summary = (
-            f"Detected {len(active)} trajectory pattern{plural} "
-            f"after {context.call_index} tool calls: {names}."
+            f"Detected {len(judged)} trajectory pattern{plural} after {call} tool calls: {names}."
         )
+        if told:
+            summary += (
+                f" Still unresolved {call - min(told)} calls after it was first reported "
+                f"(after call #{min(told)})"
+                + ("; severity raised to warning." if escalated else ".")
+            )
         return Assessment(
             observer_name=self.name,
             summary=summary,
             observations=tuple(observations),
             suggestions=tuple(suggestions),
-            severity=max_severity(*severities),
+            severity=max_severity(*(j.effective for j in judged)),
             timestamp_ms=context.now_ms,
             suggested_tools=tuple(tools),
+            tracked=tuple(tracked),
+        )
+
+    def _cleared(self, context: ObserverContext) -> Assessment:
+        """Say once that the patterns stopped (naming those that were reported)."""
+        previous = context.history.last_for(self.name)
+        stopped = previous.tracked if previous is not None else ()
+        if not stopped:
+            summary = "No trajectory patterns are active any more; the earlier ones cleared."
+        else:
+            what = ", ".join(
+                f"{t.replace('_', ' ')} (first reported after call #{first})"
+                for t, _, first in stopped
+            )
+            summary = (
+                f"No trajectory patterns are active any more: {what} stopped "
+                f"by tool call #{context.call_index}."
+            )
+        return Assessment(
+            observer_name=self.name,
+            summary=summary,
+            severity="info",
+            timestamp_ms=context.now_ms,
         )
 
     @staticmethod
@@ -205,6 +353,20 @@ class PatternObserver:
             symptoms = tuple(getattr(p, "symptoms", ()) or ())
             what = "; ".join(symptoms) if symptoms else "signs of context pressure"
             return f"Context degradation: {what} ({conf})."
+        if ptype == "monologue":
+            reps = getattr(p, "repetitions", p.occurrences)
+            return f"You sent the same message {reps} times without a tool call ({conf})."
+        if ptype == "context_loop":
+            n = getattr(p, "count", p.occurrences)
+            return (
+                f"{n} context-window errors or condensations with no progress "
+                f"between them ({conf})."
+            )
+        if ptype == "alternating_cycle":
+            actions = tuple(getattr(p, "cycle_actions", ()) or ())
+            reps = getattr(p, "repetitions", p.occurrences)
+            same = " with the same results" if getattr(p, "identical_results", False) else ""
+            return f"Alternating {' <-> '.join(actions)} {reps} times{same} ({conf})."
         return f"Pattern {ptype.replace('_', ' ')} seen {p.occurrences} times ({conf})."
 
     @staticmethod
@@ -294,6 +456,30 @@ class PatternObserver:
                     None,
                 )
             )
+        elif ptype == "monologue":
+            out.append(
+                (
+                    "Stop repeating the message: act on it with a tool call, "
+                    "or finish if the task is done.",
+                    None,
+                )
+            )
+        elif ptype == "context_loop":
+            out.append(
+                (
+                    "The context keeps overflowing: read smaller pieces (line ranges, head/grep) "
+                    "and avoid commands with large outputs.",
+                    None,
+                )
+            )
+        elif ptype == "alternating_cycle":
+            out.append(
+                (
+                    "You keep alternating between the same two actions; "
+                    "change the approach instead of another round.",
+                    None,
+                )
+            )
         elif ptype == "drift":
             out.append(("Recent work is outside the task's scope; return to the task.", None))
         elif ptype == "file_churn":
@@ -311,4 +497,4 @@ class PatternObserver:
         return out
 
 
-__all__ = ["PatternObserver"]
+__all__ = ["ESCALATING_PATTERNS", "PatternObserver"]

@@ -218,6 +218,51 @@ class FileChurn(TrajectoryPattern):
         return self.churned_file
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Monologue(TrajectoryPattern):
+    """The agent said the same (or nearly the same) thing again and again with no
+    tool call in between: it talks instead of acting."""
+
+    pattern_type: str = "monologue"
+    repetitions: int
+    message: str
+
+    @property
+    def key(self) -> str:
+        return "monologue"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ContextLoop(TrajectoryPattern):
+    """Context-window errors or condensations keep coming with no progress between them."""
+
+    pattern_type: str = "context_loop"
+    count: int
+    kinds: tuple[str, ...]
+    start_index: int = 0
+
+    @property
+    def key(self) -> str:
+        return f"context@{self.start_index}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class AlternatingCycle(TrajectoryPattern):
+    """Two different actions alternating A-B-A-B with near-identical arguments
+    (exact A-B cycles are the doom loop's): ``repetitions`` A-B pairs."""
+
+    pattern_type: str = "alternating_cycle"
+    cycle_actions: tuple[str, ...]
+    repetitions: int
+    cycle_length: int = 2
+    identical_results: bool = False
+    signature: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.signature or "|".join(self.cycle_actions)
+
+
 class AnalysisView(Protocol):
     """What a detector may read: a live view or a built :class:`TrajectoryAnalysis`.
 
@@ -285,19 +330,36 @@ class DetectorFactory(Protocol):
     def build(self, analysis_config: Any, snapshot: Any = None) -> PatternDetector: ...
 
 
+@runtime_checkable
+class EventDetector(Protocol):
+    """A detector that also looks at events that are not completed tool calls
+    (agent messages, model steps, agent-level errors, tool calls as they open).
+
+    The builder calls ``on_event(event, analysis)`` after applying *every* event;
+    like ``detect`` it returns the pattern currently present (or ``None``, which
+    clears it).  ``detect`` still runs on each completed call.
+    """
+
+    def on_event(self, event: Any, analysis: AnalysisView) -> TrajectoryPattern | None: ...
+
+
 def record_from_mapping(data: Mapping[str, Any]) -> ToolCallRecord:
     """Rebuild a record from its ``dataclasses.asdict`` form (for state codecs)."""
     return ToolCallRecord(**dict(data))
 
 
 __all__ = [
+    "AlternatingCycle",
     "AnalysisView",
     "ContextDegradation",
+    "ContextLoop",
     "DetectorFactory",
     "DoomLoop",
     "Drift",
     "ErrorCascade",
+    "EventDetector",
     "FileChurn",
+    "Monologue",
     "PatternDetector",
     "ProgressStall",
     "RepeatedError",

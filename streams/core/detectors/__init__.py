@@ -10,11 +10,14 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from streams.core.detectors.alternating_cycle import AlternatingCycleDetector
 from streams.core.detectors.context_degradation import ContextDegradationDetector
+from streams.core.detectors.context_loop import ContextLoopDetector
 from streams.core.detectors.doom_loop import DoomLoopDetector
 from streams.core.detectors.drift import DriftDetector
 from streams.core.detectors.error_cascade import ErrorCascadeDetector
 from streams.core.detectors.file_churn import FileChurnDetector
+from streams.core.detectors.monologue import MonologueDetector
 from streams.core.detectors.progress_stall import ProgressStallDetector
 from streams.core.detectors.repeated_error import RepeatedErrorDetector
 from streams.core.detectors.thrashing import ThrashingDetector
@@ -29,6 +32,9 @@ DEFAULT_DETECTORS: Final[tuple[Any, ...]] = (
     ErrorCascadeDetector(),
     ThrashingDetector(),
     DriftDetector(),
+    MonologueDetector(),
+    ContextLoopDetector(),
+    AlternatingCycleDetector(),
 )
 
 BUILTIN_DETECTORS: Final[dict[str, type[Any]]] = {
@@ -40,16 +46,22 @@ BUILTIN_DETECTORS: Final[dict[str, type[Any]]] = {
     "error_cascade": ErrorCascadeDetector,
     "thrashing": ThrashingDetector,
     "drift": DriftDetector,
+    "monologue": MonologueDetector,
+    "context_loop": ContextLoopDetector,
+    "alternating_cycle": AlternatingCycleDetector,
 }
 
 __all__ = [
     "BUILTIN_DETECTORS",
     "DEFAULT_DETECTORS",
+    "AlternatingCycleDetector",
     "ContextDegradationDetector",
+    "ContextLoopDetector",
     "DoomLoopDetector",
     "DriftDetector",
     "ErrorCascadeDetector",
     "FileChurnDetector",
+    "MonologueDetector",
     "ProgressStallDetector",
     "RepeatedErrorDetector",
     "ThrashingDetector",

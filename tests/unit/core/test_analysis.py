@@ -213,7 +213,7 @@ def test_spec_defaults() -> None:
         cfg.error_window,
         cfg.stall_threshold,
     ) == (50, 3, 2, 0.8, 10, 5)
-    assert len(cfg.detectors) == 8
+    assert len(cfg.detectors) == 11  # + monologue, context_loop, alternating_cycle (issue 11)
 
 
 def test_snapshot_survives_the_canonical_state_codec() -> None:

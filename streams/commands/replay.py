@@ -20,9 +20,9 @@ session, table and field ("sim-3 sessions.last_seq: live 54, replay 503").  The
 last line is a parseable summary ("compare-live: sessions=.. state=compared
 state_differences=.. output_differences=.. allowed_repeats=..
 timer_assessments_ignored=.. undecodable=.. verdict=clean|differences"); exit 0
-when clean, 1 on any difference.  With --from/--to the state is not compared (a
-slice cannot equal tables built from the whole history).  Run it once the worker
-has caught up and committed.
+when clean, 1 on any difference.  With --from/--to, or when no worker changelog
+exists for the prefix, the state is not compared ("state=skipped"; a failure with
+--require-state).  Run it once the worker has caught up and committed.
 
 --speed X re-publishes the events in event-time order at X times real time
 (0 = as fast as possible) into --to-prefix through the publisher SDK, for a
@@ -72,6 +72,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "exit 1 on a difference (allowed repeats and timer assessments are not)",
     )
     parser.add_argument(
+        "--require-state",
+        action="store_true",
+        help="with --compare-live: a table state that cannot be compared (no worker "
+        "changelog for the prefix, --from/--to) is a failure, not a skip",
+    )
+    parser.add_argument(
         "--compare-json",
         metavar="PATH",
         help="with --compare-live: also write the report as JSON to PATH ('-' = stdout)",
@@ -114,8 +120,12 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise ConfigError("--jobs", f"{args.jobs}: use 1 or more processes")
-    if args.compare_json and not args.compare_live:
-        raise ConfigError("--compare-json", "only meaningful with --compare-live")
+    for flag, value in (
+        ("--compare-json", args.compare_json),
+        ("--require-state", args.require_state),
+    ):
+        if value and not args.compare_live:
+            raise ConfigError(flag, "only meaningful with --compare-live")
     state = None
     state_note = None
     if args.compare_live:
@@ -196,6 +206,7 @@ def run(args: argparse.Namespace) -> int:
             bootstrap=settings.bootstrap,
             timeout_s=args.timeout,
             state_note=state_note,
+            require_state=args.require_state,
         )
         report.undecodable = len(reader.stats.failures)
         print(report.render())

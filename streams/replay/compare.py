@@ -36,8 +36,10 @@ class CompareReport:
 
     ``state`` is None when the state was not compared (``state_note`` says why:
     a ``--from``/``--to`` slice, whose replay cannot equal tables built from the
-    whole history).  ``undecodable``: records in range that did not decode (the
-    replay is then incomplete, so the verdict is not clean either).
+    whole history, or no worker changelog exists for the prefix); with
+    ``state_required`` that is not clean.  ``undecodable``: records in range that
+    did not decode (the replay is then incomplete, so the verdict is not clean
+    either).
     """
 
     outputs: LiveDiff
@@ -45,6 +47,7 @@ class CompareReport:
     state_note: str | None = None
     undecodable: int = 0
     notes: list[str] = field(default_factory=list)
+    state_required: bool = False
 
     @property
     def sessions(self) -> int:
@@ -68,6 +71,8 @@ class CompareReport:
 
     @property
     def ok(self) -> bool:
+        if self.state is None and self.state_required:
+            return False
         return not (self.state_differences or self.output_differences or self.undecodable)
 
     def summary(self) -> str:
@@ -89,7 +94,8 @@ class CompareReport:
             lines.append(f"  allowed repeat: {r}")
         s = self.state
         if s is None:
-            lines.append(f"table state: not compared ({self.state_note})")
+            required = " and required: not clean" if self.state_required else ""
+            lines.append(f"table state: not compared ({self.state_note}){required}")
         else:
             head = (
                 f"table state: compared {s.values_compared} value(s) of {s.sessions} "
@@ -114,6 +120,7 @@ class CompareReport:
             "sessions": self.sessions,
             "state_compared": s is not None,
             "state_note": self.state_note,
+            "state_required": self.state_required,
             "state_differences": self.state_differences,
             "output_differences": self.output_differences,
             "allowed_repeats": self.allowed_repeats,
@@ -163,13 +170,19 @@ def compare_replay(
     bootstrap: str,
     timeout_s: float = 30.0,
     state_note: str | None = None,
+    require_state: bool = False,
 ) -> CompareReport:
     """Compare an already-run replay (outputs ``result``, tables ``state``) with live.
 
-    ``state=None`` skips the table comparison (``state_note`` says why).
+    ``state=None`` skips the table comparison (``state_note`` says why).  When no
+    changelog topic of the prefix exists (no worker ever ran: e.g. outputs written
+    by hand) the state is not compared either; ``require_state=True`` makes any
+    skipped state comparison a failed verdict.
     """
     patterns, assessments, complete = read_live(bootstrap, prefix, timeout_s=timeout_s)
-    report = CompareReport(diff_live(result, patterns, assessments, complete=complete))
+    report = CompareReport(
+        diff_live(result, patterns, assessments, complete=complete), state_required=require_state
+    )
     if not complete:
         report.notes.append(
             f"{prefix}.assessment-history does not exist: compared the compacted "
@@ -181,6 +194,9 @@ def compare_replay(
     live, missing = read_changelogs(
         bootstrap, prefix, session_ids=result.sessions, timeout_s=timeout_s
     )
+    if len(missing) == len(TABLES):
+        report.state_note = f"no worker changelog topic for prefix {prefix!r} ({missing[0]}, ...)"
+        return report
     tables = list(TABLES)
     for topic in missing:
         if topic.endswith("-engines-changelog"):
@@ -209,6 +225,7 @@ def compare_live(
     source: Literal["sessions", "events"] = "sessions",
     config: EngineConfig | None = None,
     compare_state: bool = True,
+    require_state: bool = True,
     strict: bool = False,
     timeout_s: float = 30.0,
 ) -> CompareReport:
@@ -218,6 +235,8 @@ def compare_live(
 
     The Python entry point of ``trajectory replay --compare-live`` (the chaos suite
     calls it): ``report.ok``, ``report.summary()``, ``report.to_json()``.
+    ``require_state`` (default True here, unlike the CLI's ``--require-state``):
+    a state comparison that could not run (no changelog topic) is not clean.
     """
     from streams.replay.reader import open_event_reader
 
@@ -234,7 +253,13 @@ def compare_live(
     events = state.feed(reader) if state is not None else reader
     result = replay_events(events, config)
     report = compare_replay(
-        prefix, result, state, bootstrap=bootstrap, timeout_s=timeout_s, state_note="not asked for"
+        prefix,
+        result,
+        state,
+        bootstrap=bootstrap,
+        timeout_s=timeout_s,
+        state_note="not asked for",
+        require_state=require_state and compare_state,
     )
     report.undecodable = len(reader.stats.failures)
     return report

@@ -234,3 +234,8 @@ def test_report_summary_line_and_verdict() -> None:
     skipped = CompareReport(diff_live(result, patterns, assessments), None, "a slice")
     assert skipped.ok and "state=skipped" in skipped.summary()
     assert "table state: not compared (a slice)" in skipped.render()
+    required = CompareReport(diff_live(result, patterns, assessments), None, "a slice")
+    required.state_required = True
+    assert not required.ok and "state=skipped" in required.summary()
+    assert "verdict=differences" in required.summary()
+    assert "and required: not clean" in required.render()

@@ -173,6 +173,14 @@ def run(args: argparse.Namespace) -> int:
             result = replay_events(state.feed(events) if state is not None else events, config)
     elapsed = time.monotonic() - began
     report_failures(reader, "replay")
+    if result.rejected:
+        print(
+            f"trajectory replay: {len(result.rejected)} event(s) rejected by the engine and "
+            "skipped (the worker dead-letters them):",
+            file=sys.stderr,
+        )
+        for sid, seq, reason in result.rejected[:20]:
+            print(f"  {sid} seq {seq}: {reason}", file=sys.stderr)
     if args.output == "jsonl":
         if args.out:
             with open(args.out, "w", encoding="utf-8") as handle:

@@ -26,6 +26,7 @@ from typing import IO, Any, TypeVar
 
 from streams.core.config import EngineConfig
 from streams.core.engine import EngineOutput
+from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
 from streams.importers.offline import OfflineAnalyzer
 from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
@@ -108,6 +109,9 @@ class ReplayResult:
 
     analyzer: OfflineAnalyzer | None
     sessions: dict[str, SessionReplay] = field(default_factory=dict)
+    #: Events the engine rejected (``InvalidEventError``), skipped as the worker
+    #: dead-letters them: (session id, seq, reason).
+    rejected: list[tuple[str, int, str]] = field(default_factory=list)
 
     @property
     def events(self) -> int:
@@ -139,7 +143,9 @@ def replay_events(
     """Run the core over ``events`` (sessions may interleave); see the module doc.
 
     ``on_event`` (optional) is called with no argument after each event: the
-    progress bar's hook.
+    progress bar's hook.  An event the engine rejects (``InvalidEventError``, e.g.
+    a ``restore`` of an unknown snapshot) changes nothing and is recorded in
+    ``result.rejected``: the worker dead-letters it and carries on, so does this.
     """
     analyzer = _RecordingAnalyzer(config)
     result = ReplayResult(analyzer)
@@ -151,7 +157,13 @@ def replay_events(
         if sr is None:
             sr = sessions[sid] = SessionReplay(sid)
         sr.events += 1
-        out, records = analyzer.feed_out(event)
+        try:
+            out, records = analyzer.feed_out(event)
+        except InvalidEventError as exc:
+            result.rejected.append((sid, event.seq, str(exc)))
+            if on_event is not None:
+                on_event()
+            continue
         if records:
             sr.records.extend(records)
             for det in out.patterns:

@@ -239,3 +239,21 @@ def test_report_summary_line_and_verdict() -> None:
     assert not required.ok and "state=skipped" in required.summary()
     assert "verdict=differences" in required.summary()
     assert "and required: not clean" in required.render()
+
+
+def test_an_event_the_engine_rejects_is_skipped_like_the_worker_does() -> None:
+    """A restore of an unknown snapshot: the worker dead-letters it and carries on."""
+    evs = failing_session("s1", T0, n=3)
+    bad = TraceEvent("restore", "s1", len(evs), T0 + 9000, metadata={"snapshot_id": "nope"})
+    after = failing_session("s1", T0 + 10_000, n=2)[2:]
+    after = [dataclasses.replace(e, seq=len(evs) + 1 + i) for i, e in enumerate(after)]
+    stream = [*evs, bad, *after]
+    result = replay_events(stream)
+    assert [(sid, seq) for sid, seq, _ in result.rejected] == [("s1", bad.seq)]
+    assert "snapshot" in result.rejected[0][2]
+    assert result.sessions["s1"].events == len(stream)
+    state = StateReplay()
+    assert replay_events(state.feed(stream)).records() is not None
+    assert [(s, q) for s, q, _ in state.rejected] == [("s1", bad.seq)]
+    without = replay_state([*evs, *after])
+    assert state.tables() == without  # the rejected event changed nothing

@@ -8,11 +8,25 @@ runs.  Output (--output): a terminal summary, JSONL (the records of
 `trajectory analyze --json`, sessions in sorted order), or an Avro container
 file of PatternDetection/AssessmentRecord values (--out PATH).
 
---compare-live diffs the replay against <prefix>.patterns / <prefix>.assessments
-(timer-made assessments are ignored: they depend on wall time) and exits 1 on a
-difference.  --speed X re-publishes the events in event-time order at X times
-real time (0 = as fast as possible) into --to-prefix through the publisher SDK,
-for a sandbox pipeline with other detector settings.
+--compare-live compares the replay with the live pipeline: the outputs
+(<prefix>.patterns, <prefix>.assessment-history or .assessments; timer-made
+assessments are ignored: they depend on wall time) and the worker's table state
+(counters, budgets, minutes and engine state, read from the changelog topics
+<prefix>-observer-<table>-changelog, latest value per session) against the same
+events applied by the worker's own table code.  A live output that repeats one
+already seen for its key with identical content is an allowed repeat (after a
+crash, docs/guarantees.md), counted and not a difference.  Differences name the
+session, table and field ("sim-3 sessions.last_seq: live 54, replay 503").  The
+last line is a parseable summary ("compare-live: sessions=.. state=compared
+state_differences=.. output_differences=.. allowed_repeats=..
+timer_assessments_ignored=.. undecodable=.. verdict=clean|differences"); exit 0
+when clean, 1 on any difference.  With --from/--to, or when no worker changelog
+exists for the prefix, the state is not compared ("state=skipped"; a failure with
+--require-state).  Run it once the worker has caught up and committed.
+
+--speed X re-publishes the events in event-time order at X times real time
+(0 = as fast as possible) into --to-prefix through the publisher SDK, for a
+sandbox pipeline with other detector settings.
 
 Undecodable records are reported with topic/partition/offset (--strict: fail).
 A progress bar and the final throughput go to stderr.
@@ -23,6 +37,10 @@ Examples:
   trajectory replay --sessions '*' --source events --from 2026-11-21T00:00:00Z --compare-live
   trajectory replay --sessions 'run-*' --speed 10 --to-prefix sandbox
   trajectory replay --sessions '*' --jobs 4 --output avro --out all.avro
+  trajectory replay --sessions 'sim-*' --source events --compare-live --compare-json verdict.json
+
+From Python: streams.replay.compare.compare_live(bootstrap, prefix, sessions=GLOB)
+returns a CompareReport (.ok, .summary(), .to_json()).
 """
 
 from __future__ import annotations
@@ -50,7 +68,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--compare-live",
         action="store_true",
-        help="diff against <prefix>.patterns/.assessments; exit 1 on a difference",
+        help="compare outputs and the worker's table state (changelogs) with the replay; "
+        "exit 1 on a difference (allowed repeats and timer assessments are not)",
+    )
+    parser.add_argument(
+        "--require-state",
+        action="store_true",
+        help="with --compare-live: a table state that cannot be compared (no worker "
+        "changelog for the prefix, --from/--to) is a failure, not a skip",
+    )
+    parser.add_argument(
+        "--compare-json",
+        metavar="PATH",
+        help="with --compare-live: also write the report as JSON to PATH ('-' = stdout)",
     )
     parser.add_argument(
         "--speed",
@@ -90,6 +120,21 @@ def run(args: argparse.Namespace) -> int:
 
     if args.jobs < 1:
         raise ConfigError("--jobs", f"{args.jobs}: use 1 or more processes")
+    for flag, value in (
+        ("--compare-json", args.compare_json),
+        ("--require-state", args.require_state),
+    ):
+        if value and not args.compare_live:
+            raise ConfigError(flag, "only meaningful with --compare-live")
+    state = None
+    state_note = None
+    if args.compare_live:
+        from streams.replay.state import StateReplay
+
+        if args.from_ is not None or args.to is not None:
+            state_note = "--from/--to replay a slice; the tables cover the whole history"
+        else:
+            state = StateReplay(config)
     began = time.monotonic()
     with progress_bar("replay", reader.total, force=args.progress) as bar:
         if args.jobs > 1:
@@ -109,10 +154,33 @@ def run(args: argparse.Namespace) -> int:
             )
             if bar is not None:
                 bar.finish(result.events)
+            if state is not None:  # the tables need the events here: read the same plan again
+                from streams.replay.reader import TopicReader
+
+                again = TopicReader(
+                    reader.bootstrap,
+                    reader.topics,
+                    reader.decode,
+                    strict=args.strict,
+                    key_filter=reader.key_filter,
+                    timeout_s=args.timeout,
+                    ranges=reader.plan(),
+                )
+                for event in again:
+                    state.apply(event)
         else:
-            result = replay_events(counted(reader, bar), config)
+            events = counted(reader, bar)
+            result = replay_events(state.feed(events) if state is not None else events, config)
     elapsed = time.monotonic() - began
     report_failures(reader, "replay")
+    if result.rejected:
+        print(
+            f"trajectory replay: {len(result.rejected)} event(s) rejected by the engine and "
+            "skipped (the worker dead-letters them):",
+            file=sys.stderr,
+        )
+        for sid, seq, reason in result.rejected[:20]:
+            print(f"  {sid} seq {seq}: {reason}", file=sys.stderr)
     if args.output == "jsonl":
         if args.out:
             with open(args.out, "w", encoding="utf-8") as handle:
@@ -136,14 +204,26 @@ def run(args: argparse.Namespace) -> int:
     )
     status = 0
     if args.compare_live:
-        from streams.replay.replay import compare_with_live
+        from streams.replay.compare import compare_replay
 
         settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
-        diff = compare_with_live(
-            settings.prefix, result, bootstrap=settings.bootstrap, timeout_s=args.timeout
+        report = compare_replay(
+            settings.prefix,
+            result,
+            state,
+            bootstrap=settings.bootstrap,
+            timeout_s=args.timeout,
+            state_note=state_note,
+            require_state=args.require_state,
         )
-        print(diff.render())
-        status = 0 if diff.ok else 1
+        report.undecodable = len(reader.stats.failures)
+        print(report.render())
+        if args.compare_json == "-":
+            print(report.dumps())
+        elif args.compare_json:
+            with open(args.compare_json, "w", encoding="utf-8") as handle:
+                handle.write(report.dumps() + "\n")
+        status = 0 if report.ok else 1
     if reader.stats.failures and status == 0:
         status = 1
     return status

@@ -86,7 +86,7 @@ def _work(job: _Job, counter: Any, results: Any) -> None:
         result = replay_events(reader, config, on_event=tick)
         with counter.get_lock():
             counter.value += n % _TICK
-        results.put(("ok", result.sessions, reader.stats))
+        results.put(("ok", (result.sessions, result.rejected), reader.stats))
     except BaseException as exc:  # reported to the parent, which re-raises
         results.put(("error", f"{type(exc).__name__}: {exc}", None))
 
@@ -144,7 +144,8 @@ def replay_parallel(
             if status != "ok":
                 errors.append(str(payload))
                 continue
-            sessions: dict[str, SessionReplay] = payload
+            sessions: dict[str, SessionReplay] = payload[0]
+            merged.rejected.extend(payload[1])
             for sid, sr in sessions.items():
                 if sid in merged.sessions:
                     raise TrajectoryError(
@@ -164,6 +165,7 @@ def replay_parallel(
     if errors:
         raise TrajectoryError("parallel replay failed: " + "; ".join(errors))
     stats.failures.sort(key=lambda f: (f.topic, f.partition, f.offset))
+    merged.rejected.sort()
     stats.elapsed_s = time.monotonic() - began
     if on_progress is not None:
         on_progress(int(counter.value))

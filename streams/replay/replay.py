@@ -20,12 +20,13 @@ when a wall-clock timer ran, not on the events, so they are never replayed and
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 from streams.core.config import EngineConfig
 from streams.core.engine import EngineOutput
+from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
 from streams.importers.offline import OfflineAnalyzer
 from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
@@ -108,6 +109,9 @@ class ReplayResult:
 
     analyzer: OfflineAnalyzer | None
     sessions: dict[str, SessionReplay] = field(default_factory=dict)
+    #: Events the engine rejected (``InvalidEventError``), skipped as the worker
+    #: dead-letters them: (session id, seq, reason).
+    rejected: list[tuple[str, int, str]] = field(default_factory=list)
 
     @property
     def events(self) -> int:
@@ -139,7 +143,9 @@ def replay_events(
     """Run the core over ``events`` (sessions may interleave); see the module doc.
 
     ``on_event`` (optional) is called with no argument after each event: the
-    progress bar's hook.
+    progress bar's hook.  An event the engine rejects (``InvalidEventError``, e.g.
+    a ``restore`` of an unknown snapshot) changes nothing and is recorded in
+    ``result.rejected``: the worker dead-letters it and carries on, so does this.
     """
     analyzer = _RecordingAnalyzer(config)
     result = ReplayResult(analyzer)
@@ -151,7 +157,13 @@ def replay_events(
         if sr is None:
             sr = sessions[sid] = SessionReplay(sid)
         sr.events += 1
-        out, records = analyzer.feed_out(event)
+        try:
+            out, records = analyzer.feed_out(event)
+        except InvalidEventError as exc:
+            result.rejected.append((sid, event.seq, str(exc)))
+            if on_event is not None:
+                on_event()
+            continue
         if records:
             sr.records.extend(records)
             for det in out.patterns:
@@ -221,13 +233,22 @@ def write_avro(result: ReplayResult, path: str) -> int:
 
 @dataclass
 class LiveDiff:
-    """Result of :func:`compare_with_live`; ``ok`` when nothing differs."""
+    """Result of :func:`diff_live`; ``ok`` when nothing differs.
+
+    ``allowed_repeats`` counts live records that repeat, with identical content
+    (every field of the wire value), a record already seen for the same key
+    (patterns: session, seq, pattern_type; assessments: session, seq, trigger).
+    docs/guarantees.md allows them after a crash, so they are not differences;
+    ``repeats`` names them.  A repeat whose content differs is a difference.
+    """
 
     sessions: int = 0
     patterns_compared: int = 0
     assessments_compared: int = 0
     timer_assessments_ignored: int = 0
+    allowed_repeats: int = 0
     differences: list[str] = field(default_factory=list)
+    repeats: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -237,7 +258,8 @@ class LiveDiff:
         head = (
             f"compared {self.sessions} session(s): {self.patterns_compared} pattern(s), "
             f"{self.assessments_compared} assessment(s) "
-            f"({self.timer_assessments_ignored} timer assessment(s) ignored)"
+            f"({self.timer_assessments_ignored} timer assessment(s) ignored, "
+            f"{self.allowed_repeats} allowed repeat(s))"
         )
         if self.ok:
             return head + ": identical"
@@ -252,6 +274,42 @@ def _pattern_key(p: PatternRecord) -> tuple[Any, ...]:
     return tuple(getattr(p, f) if f != "evidence" else tuple(p.evidence) for f in PATTERN_FIELDS)
 
 
+_R = TypeVar("_R", PatternRecord, AssessmentWire)
+
+
+def _distinct(
+    records: Iterable[_R], key_of: Callable[[_R], tuple[Any, ...]], what: str, diff: LiveDiff
+) -> dict[tuple[Any, ...], list[_R]]:
+    """Live records grouped by key, first-seen order, without allowed repeats.
+
+    A record equal in every field to one already kept for its key is an allowed
+    repeat (counted in ``diff``, not kept); any other record is kept, so a repeat
+    whose content differs stays and is reported by the caller.
+    """
+    groups: dict[tuple[Any, ...], list[_R]] = {}
+    repeated: dict[tuple[Any, ...], int] = {}
+    for r in records:
+        key = key_of(r)
+        kept = groups.setdefault(key, [])
+        if r in kept:
+            diff.allowed_repeats += 1
+            repeated[key] = repeated.get(key, 0) + 1
+            continue
+        kept.append(r)
+    for key, n in repeated.items():
+        sid, seq, kind = key
+        diff.repeats.append(f"{sid} {what} (seq {seq}, {kind}): {n} identical repeat(s)")
+    return groups
+
+
+def _p_key(p: PatternRecord) -> tuple[Any, ...]:
+    return (p.session_id, p.seq, p.pattern_type)
+
+
+def _a_key(a: AssessmentWire) -> tuple[Any, ...]:
+    return (a.session_id, a.seq, a.trigger)
+
+
 def diff_live(
     result: ReplayResult,
     live_patterns: Sequence[PatternRecord],
@@ -261,14 +319,24 @@ def diff_live(
 ) -> LiveDiff:
     """Diff live wire values against a replay, for the replay's sessions only.
 
-    Patterns (a plain topic: every detection stays) must match one for one on
-    :data:`PATTERN_FIELDS`.  Assessments: every live ``event`` assessment must
-    equal the replay's at the same ``seq`` (``rendered`` markdown and
-    ``max_severity``), and the replay's last assessment must be on the topic
-    unless a later live record superseded it (the topic is compacted, so older
-    ones may be gone: their absence is not a difference).  With ``complete=True``
-    (the live list is ``<prefix>.assessment-history``, which keeps every one)
-    every replayed assessment must be live too.
+    Allowed repeats first (see :class:`LiveDiff`): a live record equal to one
+    already seen for its key is counted, not compared again.  Then, per key:
+
+    * patterns (a plain topic: every detection stays), key (session, seq,
+      pattern_type): the live records must match the replay's one for one on
+      :data:`PATTERN_FIELDS`; a live record the replay lacks ("live only"), a
+      replayed one missing live ("replay only") and a second, different live
+      record for a key ("repeat with different content") are differences;
+    * assessments, key (session, seq, trigger): every live ``event`` assessment
+      must equal the replay's at the same ``seq`` (``rendered`` markdown and
+      ``max_severity``), and a second, different one for a key is a difference.
+      The replay's last assessment must be on the topic unless a later live record
+      superseded it (the topic is compacted, so older ones may be gone: their
+      absence is not a difference).  With ``complete=True`` (the live list is
+      ``<prefix>.assessment-history``, which keeps every one) every replayed
+      assessment must be live too.
+
+    ``timer`` assessments are counted and ignored (they depend on wall time).
     """
     diff = LiveDiff(sessions=len(result.sessions))
     lp: dict[str, list[PatternRecord]] = {}
@@ -276,42 +344,38 @@ def diff_live(
         if p.session_id in result.sessions:
             lp.setdefault(p.session_id, []).append(p)
     la: dict[str, list[AssessmentWire]] = {}
+    last_live_seq: dict[str, int] = {}
     for a in live_assessments:
         if a.session_id not in result.sessions:
             continue
+        last_live_seq[a.session_id] = max(last_live_seq.get(a.session_id, -1), a.seq)
         if a.trigger == "timer":
             diff.timer_assessments_ignored += 1
-            la.setdefault(a.session_id, [])
             continue
         la.setdefault(a.session_id, []).append(a)
-    last_live_seq: dict[str, int] = {}
-    for a in live_assessments:
-        if a.session_id in result.sessions:
-            last_live_seq[a.session_id] = max(last_live_seq.get(a.session_id, -1), a.seq)
     for sr in result.ordered():
         sid = sr.session_id
-        replayed = [_pattern_key(p) for p in sr.patterns]
-        live = [_pattern_key(p) for p in lp.get(sid, [])]
-        diff.patterns_compared += max(len(replayed), len(live))
-        for i in range(max(len(replayed), len(live))):
-            r = replayed[i] if i < len(replayed) else None
-            v = live[i] if i < len(live) else None
-            if r != v:
-                diff.differences.append(
-                    f"{sid} pattern #{i + 1}: replay {_short(r)} != live {_short(v)}"
-                )
+        _diff_patterns(diff, sr, _distinct(lp.get(sid, []), _p_key, "pattern", diff))
+        live_a = _distinct(la.get(sid, []), _a_key, "assessment", diff)
         by_seq = {a.seq: a for a in sr.assessments}
-        for a in la.get(sid, []):
-            diff.assessments_compared += 1
-            mine = by_seq.get(a.seq)
-            if mine is None:
-                diff.differences.append(f"{sid} assessment at seq {a.seq}: live only")
-            elif (mine.rendered, mine.max_severity) != (a.rendered, a.max_severity):
-                diff.differences.append(
-                    f"{sid} assessment at seq {a.seq}: rendered markdown differs\n"
-                    + _text_diff(mine.rendered, a.rendered)
-                )
-        seen = {a.seq for a in la.get(sid, [])}
+        seen: set[int] = set()
+        for (_, seq, _), kept in live_a.items():
+            seen.add(seq)
+            for n, a in enumerate(kept):
+                diff.assessments_compared += 1
+                mine = by_seq.get(a.seq)
+                if n > 0:
+                    diff.differences.append(
+                        f"{sid} assessment at seq {a.seq}: repeat with different content\n"
+                        + _text_diff(kept[0].rendered, a.rendered, "first", "repeat")
+                    )
+                elif mine is None:
+                    diff.differences.append(f"{sid} assessment at seq {a.seq}: live only")
+                elif (mine.rendered, mine.max_severity) != (a.rendered, a.max_severity):
+                    diff.differences.append(
+                        f"{sid} assessment at seq {a.seq}: rendered markdown differs\n"
+                        + _text_diff(mine.rendered, a.rendered)
+                    )
         if complete:
             for mine in sr.assessments:
                 if mine.seq not in seen:
@@ -326,6 +390,38 @@ def diff_live(
     return diff
 
 
+def _diff_patterns(
+    diff: LiveDiff, sr: SessionReplay, live: dict[tuple[Any, ...], list[PatternRecord]]
+) -> None:
+    """Patterns of one session, key by key (see :func:`diff_live`)."""
+    sid = sr.session_id
+    mine: dict[tuple[Any, ...], list[tuple[int, PatternRecord]]] = {}
+    for i, p in enumerate(sr.patterns, 1):
+        mine.setdefault(_p_key(p), []).append((i, p))
+    for key in sorted(set(mine) | set(live), key=lambda k: (k[1], k[2])):
+        r_list, l_list = mine.get(key, []), live.get(key, [])
+        for n in range(max(len(r_list), len(l_list))):
+            diff.patterns_compared += 1
+            r = r_list[n] if n < len(r_list) else None
+            v = l_list[n] if n < len(l_list) else None
+            label = f"{sid} pattern #{r[0] if r else '-'} (seq {key[1]}, {key[2]})"
+            if r is not None and v is not None:
+                if _pattern_key(r[1]) != _pattern_key(v):
+                    diff.differences.append(
+                        f"{label}: replay {_short(_pattern_key(r[1]))} != "
+                        f"live {_short(_pattern_key(v))}"
+                    )
+            elif r is not None:
+                diff.differences.append(f"{label}: replay only, live (none)")
+            elif v is not None and n > 0:
+                diff.differences.append(
+                    f"{label}: repeat with different content: live {_short(_pattern_key(v))} "
+                    f"after {_short(_pattern_key(l_list[0]))}"
+                )
+            elif v is not None:
+                diff.differences.append(f"{label}: live only {_short(_pattern_key(v))}")
+
+
 def _short(key: tuple[Any, ...] | None) -> str:
     if key is None:
         return "(none)"
@@ -333,13 +429,13 @@ def _short(key: tuple[Any, ...] | None) -> str:
     return json.dumps({k: d[k] for k in PATTERN_FIELDS if k != "evidence"}, default=str)
 
 
-def _text_diff(a: str, b: str) -> str:
+def _text_diff(a: str, b: str, name_a: str = "replay", name_b: str = "live") -> str:
     import difflib
 
     return "\n".join(
         "    " + line
         for line in difflib.unified_diff(
-            a.splitlines(), b.splitlines(), "replay", "live", lineterm="", n=1
+            a.splitlines(), b.splitlines(), name_a, name_b, lineterm="", n=1
         )
     )
 

@@ -342,6 +342,12 @@ def test_compare_live(
     assert cli("replay", "--sessions", "*", *common(settings), "--compare-live") == 0
     out = capsys.readouterr().out
     assert "identical" in out and "1 timer assessment(s) ignored" in out
+    # no worker ran for this prefix: no changelog, the table state is skipped, said so
+    assert "table state: not compared (no worker changelog topic" in out
+    assert "state=skipped" in out and out.strip().endswith("verdict=clean")
+    cmd = ("replay", "--sessions", "*", *common(settings), "--compare-live", "--require-state")
+    assert cli(*cmd) == 1
+    assert capsys.readouterr().out.strip().endswith("verdict=differences")
     last = result.sessions["s-b"].assessments[-1]
     wrong = AssessmentWire(
         **{
@@ -352,7 +358,11 @@ def test_compare_live(
     producer.produce(settings.assessments_topic, aserde.encode(wrong), b"s-b")
     assert producer.flush(30) == 0
     assert cli("replay", "--sessions", "*", *common(settings), "--compare-live") == 1
-    assert "rendered markdown differs" in capsys.readouterr().out
+    # the right record is live too (compaction has not run): a repeat of its key
+    # (session, seq, trigger) whose content differs, which is a difference
+    out = capsys.readouterr().out
+    assert f"s-b assessment at seq {last.seq}: repeat with different content" in out
+    assert "allowed_repeats=0 " in out
 
 
 def test_parallel_replay_gives_the_same_bytes(

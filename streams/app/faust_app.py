@@ -428,6 +428,7 @@ def create_app(
     app = ObserverApp(
         app_id(settings),
         broker=broker_urls(settings.bootstrap),
+        broker_credentials=settings.security.faust_credentials(),  # TLS/SASL (streams.security)
         store=store,
         datadir=str(datadir),
         autodiscover=False,

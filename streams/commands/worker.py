@@ -139,6 +139,10 @@ def run(args: argparse.Namespace) -> int:
         from streams.core.config import load_config
 
         engine_config = load_config(args.config)
+    if settings.security.protocol != "PLAINTEXT":
+        from streams.security import verify_connection
+
+        verify_connection(settings.bootstrap, settings.security)  # wrong password: fail fast
     partitions = ensure_topics(settings)
     worker_app = create_app(
         settings,

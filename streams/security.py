@@ -388,7 +388,15 @@ def client_config(security: SecurityConfig | None = None) -> dict[str, Any]:
     sec = security if security is not None else current()
     conf = sec.confluent_config()
     if conf:
-        conf["error_cb"] = lambda err: raise_if_security_error(err, sec)
+        raised: list[bool] = []
+
+        def on_error(err: Any) -> None:
+            # once per client: the close() that follows must not raise the same again
+            if not raised and explain_kafka_error(err, sec) is not None:
+                raised.append(True)
+                raise_if_security_error(err, sec)
+
+        conf["error_cb"] = on_error
     return conf
 
 
@@ -399,7 +407,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "Kafka security (see docs/security.md; each flag also reads the variable named)"
     )
     for s in SETTINGS:
-        group.add_argument(s.flag, dest=f"security_{s.attr}", help=f"{s.help} (env {s.env})")
+        group.add_argument(
+            s.flag,
+            dest=f"security_{s.attr}",
+            metavar="FILE" if s.attr.endswith("file") else "VALUE",
+            help=f"{s.help} (env {s.env})",
+        )
 
 
 def from_args(args: argparse.Namespace) -> SecurityConfig:
@@ -429,7 +442,8 @@ def explain_kafka_error(err: Any, security: SecurityConfig | None = None) -> str
         text = err.str()
     except AttributeError:
         return None
-    who = f"user {sec.username!r}" if sec.username else "this client"
+    # name the user only when the caller says whose client it was
+    who = f"user {sec.username!r}" if security is not None and sec.username else "this client"
     if name in _AUTH_CODES or "SASL authentication" in text or "Authentication failed" in text:
         return (
             f"Kafka refused the credentials of {who} ({text}): check {setting_name('username')} "

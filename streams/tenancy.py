@@ -8,7 +8,7 @@ The model (docs/security.md has the long form):
   ``<prefix>.session.<tenant>.`` covers exactly them: the trailing dot keeps tenant
   ``acme`` from matching ``acme2``'s topics.
 * An **agent** credential (role ``agent``, one tenant) may create, write and
-  describe its tenant's session topics and write the shared control topic
+  describe its tenant's session topics and create/write the shared control topic
   (announcements of new sessions; the router only uses them to subscribe sooner).
   It may read nothing: no other tenant's session, and no assessment, because the
   assessments topics are shared by every tenant.  An agent reads its own
@@ -92,7 +92,12 @@ def bindings(role: Role, user: str, prefix: str, tenant: str | None = None) -> l
         own = ("CREATE", "WRITE", "DESCRIBE")
         return [
             *(Grant(who, "TOPIC", sessions, "PREFIXED", op) for op in own),
-            *(Grant(who, "TOPIC", control, "LITERAL", op) for op in ("WRITE", "DESCRIBE")),
+            # CREATE too: Kafka checks it before "already exists", and the SDK creates the
+            # control topic if missing; it lets an agent create that one topic, nothing else
+            *(
+                Grant(who, "TOPIC", control, "LITERAL", op)
+                for op in ("CREATE", "WRITE", "DESCRIBE")
+            ),
         ]
     if tenant is not None:
         raise ConfigError("--tenant", f"only agent credentials have a tenant, not {role}")

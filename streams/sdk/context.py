@@ -41,7 +41,7 @@ from typing import Any, Final
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.core.errors import BrokerError, ConfigError
-from streams.security import client_config
+from streams.security import SecurityError, client_config, explain_kafka_error
 from streams.serde.codec import AssessmentSerde, AssessmentWire
 from streams.settings import Settings, check_session_id
 
@@ -151,6 +151,9 @@ def latest_assessment(
                     KafkaError.LEADER_NOT_AVAILABLE,
                 )
             ):
+                refused = explain_kafka_error(tm.error, settings.security)  # a missing ACL
+                if refused is not None:
+                    raise SecurityError(f"reading {topic}: {refused}")
                 raise BrokerError(f"metadata of {topic}: {tm.error.str()}")
             return None
         partition = partition_for_key(key, len(tm.partitions))

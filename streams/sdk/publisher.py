@@ -81,7 +81,7 @@ from streams.sdk._validate import (
     check_on_oversize,
     summarize_params,
 )
-from streams.security import client_config, raise_if_security_error
+from streams.security import client_config, raise_if_security_error, verify_connection
 from streams.serde import EventSerde
 from streams.settings import Settings, check_session_id
 
@@ -147,6 +147,8 @@ class Publisher:
         config["enable.idempotence"] = True
         config["acks"] = "all"
         config["error_cb"] = self._on_error
+        if s.security.protocol != "PLAINTEXT":  # wrong password/CA: fail here, not in a retry loop
+            verify_connection(s.bootstrap, s.security)
         self._producer = Producer(config)
         self._admin = AdminClient({"bootstrap.servers": s.bootstrap, **client_config(s.security)})
         self._admin_timeout_s = admin_timeout_s

@@ -173,7 +173,8 @@ class SecurityConfig:
     """A client's security settings; the default is PLAINTEXT with nothing else.
 
     ``extra``: librdkafka properties passed through unchanged (from the properties
-    file).  ``password`` is never shown by ``repr``.
+    file), as sorted pairs so the config (and :class:`~streams.settings.Settings`)
+    stays hashable.  ``password`` is never shown by ``repr``.
     """
 
     protocol: str = "PLAINTEXT"
@@ -186,9 +187,11 @@ class SecurityConfig:
     key_file: str | None = None
     key_password: str | None = field(default=None, repr=False)
     properties_file: str | None = None
-    extra: Mapping[str, str] = field(default_factory=dict)
+    extra: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.extra, Mapping):
+            object.__setattr__(self, "extra", tuple(sorted(self.extra.items())))
         protocol = self.protocol.upper()
         object.__setattr__(self, "protocol", protocol)
         if protocol not in PROTOCOLS:
@@ -276,7 +279,7 @@ class SecurityConfig:
                     continue  # that is --bootstrap / KAFKA_BOOTSTRAP
                 else:
                     extra[key] = value
-        return cls(**picked, extra=extra)  # type: ignore[arg-type]
+        return cls(**picked, extra=tuple(sorted(extra.items())))  # type: ignore[arg-type]
 
     @classmethod
     def from_env(cls) -> SecurityConfig:
@@ -324,11 +327,12 @@ class SecurityConfig:
                 raise ConfigError(
                     setting_name("cert_file"), f"{self.cert_file} / {self.key_file}: {exc}"
                 ) from exc
-        verify = self.extra.get("enable.ssl.certificate.verification", "true").lower()
+        extra = dict(self.extra)
+        verify = extra.get("enable.ssl.certificate.verification", "true").lower()
         if verify == "false":
             ctx.check_hostname = False
             ctx.verify_mode = ssl.CERT_NONE
-        elif self.extra.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
+        elif extra.get("ssl.endpoint.identification.algorithm", "https").lower() == "none":
             ctx.check_hostname = False
         return ctx
 
@@ -450,7 +454,13 @@ def explain_kafka_error(err: Any, security: SecurityConfig | None = None) -> str
             f"and {setting_name('password')} (or {setting_name('password_file')}) and "
             f"{setting_name('sasl_mechanism')} (now {sec.sasl_mechanism})"
         )
-    if name in _SSL_CODES or "SSL handshake failed" in text or "certificate verify" in text:
+    tls_refused = (
+        "SSL handshake failed",
+        "certificate verify",
+        "SSL alert",
+        "alert bad certificate",
+    )
+    if name in _SSL_CODES or any(marker in text for marker in tls_refused):
         return (
             f"the TLS handshake with Kafka failed ({text}): check {setting_name('ca_file')} "
             f"(now {sec.ca_file or 'the system CA store'}) and, for mTLS, "

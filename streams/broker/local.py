@@ -141,6 +141,7 @@ class LocalBroker:
         overrides: Mapping[str, str] | None = None,
         kafka_version: str = KAFKA_VERSION,
         secure: bool | None = False,
+        ssl_port: int | None = None,
     ) -> None:
         self.config = BrokerConfig(
             data_dir=Path(data_dir).resolve() if data_dir is not None else default_data_dir(),
@@ -154,6 +155,8 @@ class LocalBroker:
         self.kafka_version = kafka_version
         #: SASL_SSL + SCRAM + ACLs (streams.broker.secure); None: as this data dir was last run
         self.secure = _was_secure(self.config) if secure is None else secure
+        #: with ``secure``: an extra SSL listener requiring client certificates (mTLS)
+        self.ssl_port = ssl_port
         self._proc: subprocess.Popen[bytes] | None = None
         self._started_here = False
 
@@ -362,7 +365,9 @@ class LocalBroker:
         props = server_properties(cfg)
         if self.secure:
             files = ensure_material(self.security_files, cfg.host)
-            props.update(secure_overrides(cfg.host, cfg.port, cfg.controller_port, files))
+            props.update(
+                secure_overrides(cfg.host, cfg.port, cfg.controller_port, files, self.ssl_port)
+            )
             props.update(cfg.overrides)
         cfg.properties_path.write_text(render_properties(props, header), encoding="utf-8")
         if self.secure:

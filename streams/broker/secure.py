@@ -196,15 +196,22 @@ def _jaas(user: str, password: str) -> str:
 
 
 def secure_overrides(
-    host: str, port: int, controller_port: int, files: SecureFiles
+    host: str, port: int, controller_port: int, files: SecureFiles, ssl_port: int | None = None
 ) -> dict[str, str]:
-    """``server.properties`` entries that turn the plaintext broker into the secured one."""
+    """``server.properties`` entries that turn the plaintext broker into the secured one.
+
+    ``ssl_port``: also an ``SSL`` listener that requires a client certificate (mTLS)
+    signed by the local CA; the principal is the certificate's CN (``User:<CN>``).
+    """
     password = files.admin_password()
+    mtls = f",SSL://{host}:{ssl_port}" if ssl_port else ""
     props = {
-        "listeners": f"SASL_SSL://{host}:{port},CONTROLLER://{host}:{controller_port}",
-        "advertised.listeners": f"SASL_SSL://{host}:{port}",
+        "listeners": f"SASL_SSL://{host}:{port}{mtls},CONTROLLER://{host}:{controller_port}",
+        "advertised.listeners": f"SASL_SSL://{host}:{port}{mtls}",
         "inter.broker.listener.name": "SASL_SSL",
-        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
+        "listener.security.protocol.map": "SASL_SSL:SASL_SSL,SSL:SSL,CONTROLLER:PLAINTEXT",
+        "listener.name.ssl.ssl.client.auth": "required",
+        "ssl.principal.mapping.rules": "RULE:^.*CN=([^,]+).*$/$1/,DEFAULT",
         "sasl.enabled.mechanisms": ",".join(SCRAM_MECHANISMS),
         "sasl.mechanism.inter.broker.protocol": CLIENT_MECHANISM,
         "ssl.keystore.type": "PEM",

@@ -76,6 +76,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--kafka-properties <data-dir>/security/admin.properties (see docs/security.md)",
     )
     parser.add_argument(
+        "--ssl-port",
+        type=int,
+        default=None,
+        help="with --secure: also an SSL listener on this port that requires a client "
+        "certificate signed by <data-dir>/security/ca.pem (mTLS; principal = the CN)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -100,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
         auto_create_topics=args.auto_create_topics,
         # None: as this data dir was last started (its server.properties says)
         secure=True if args.secure else None,
+        ssl_port=args.ssl_port,
     )
     if args.action == "start" and not args.secure and not broker.status().running:
         broker.secure = False  # a fresh start without --secure is the plaintext broker

@@ -150,6 +150,8 @@ class SecureKafka:
 
         self.broker = broker
         self.bootstrap = broker.bootstrap
+        #: the SSL listener that requires a client certificate (mTLS)
+        self.mtls_bootstrap = f"{broker.config.host}:{broker.ssl_port}"
         self.files = broker.security_files
         self.admin_security = SecurityConfig.from_sources(
             {"properties_file": str(self.files.admin_properties)}, environ={}
@@ -183,6 +185,21 @@ class SecureKafka:
             )
         return self._users[user]
 
+    def client_certificate(self, cn: str, where: Path) -> Any:
+        """An mTLS :class:`~streams.security.SecurityConfig` for ``User:<cn>``."""
+        from streams.broker.secure import issue_certificate
+        from streams.security import SecurityConfig
+
+        key_pem, cert_pem = issue_certificate(self.files, cn, client=True)
+        (where / f"{cn}.key").write_bytes(key_pem)
+        (where / f"{cn}.pem").write_bytes(cert_pem)
+        return SecurityConfig(
+            protocol="SSL",
+            ca_file=str(self.files.ca_cert),
+            cert_file=str(where / f"{cn}.pem"),
+            key_file=str(where / f"{cn}.key"),
+        )
+
     @staticmethod
     def env(config: Any) -> dict[str, str]:
         out = {k: v for k, v in os.environ.items() if not k.startswith("TRAJECTORY_S")}
@@ -206,9 +223,13 @@ def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKaf
     base = tmp_path_factory.mktemp("kafka-secure")
     errors: list[str] = []
     for attempt in range(1, START_ATTEMPTS + 1):
-        ports = free_ports(2)
+        ports = free_ports(3)
         broker = LocalBroker(
-            base / f"broker-{attempt}", port=ports[0], controller_port=ports[1], secure=True
+            base / f"broker-{attempt}",
+            port=ports[0],
+            controller_port=ports[1],
+            secure=True,
+            ssl_port=ports[2],
         )
         try:
             broker.start()

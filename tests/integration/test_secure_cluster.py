@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import ssl
 import subprocess
 import sys
 import time
@@ -82,13 +83,15 @@ def _cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.Co
     )
 
 
-def _http(port: int, path: str, token: str | None) -> tuple[int, Any]:
-    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}")
+def _http(port: int, path: str, token: str | None, ca: Path) -> tuple[int, Any]:
+    """GET over HTTPS, verifying the view's certificate against the test CA."""
+    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
     req.add_header("Accept", "application/json")
     if token:
         req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context(cafile=str(ca))
     try:
-        with urllib.request.urlopen(req, timeout=10) as resp:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
             return resp.status, json.loads(resp.read() or b"null")
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"null")
@@ -122,6 +125,15 @@ def test_every_component_over_sasl_ssl_with_tenants(
     for key, value in SecureKafka.env(svc.security).items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("TRAJECTORY_HTTP_TOKENS_FILE", str(tokens))
+    # ... and serves its HTTP view over HTTPS with a certificate of the test CA
+    from streams.broker.secure import issue_certificate
+
+    key_pem, cert_pem = issue_certificate(secure_kafka.files, "view", hosts=("127.0.0.1",))
+    (tmp_path / "view.key").write_bytes(key_pem)
+    (tmp_path / "view.pem").write_bytes(cert_pem)
+    monkeypatch.setenv("TRAJECTORY_HTTP_TLS_CERT", str(tmp_path / "view.pem"))
+    monkeypatch.setenv("TRAJECTORY_HTTP_TLS_KEY", str(tmp_path / "view.key"))
+    ca = secure_kafka.files.ca_cert
     router = RouterProc(svc, tmp_path / "router.log")
     worker = WorkerProc(svc, tmp_path / "data", store="memory")
     try:
@@ -147,25 +159,25 @@ def test_every_component_over_sasl_ssl_with_tenants(
         # HTTP view: 401 without a token, a tenant token sees only its tenant
         deadline = time.monotonic() + 60  # the table rows land at the worker's next flush
         while time.monotonic() < deadline:
-            status, body = _http(worker.port, "/sessions", ops_token)
+            status, body = _http(worker.port, "/sessions", ops_token, ca)
             if status == 200 and body["count"] >= 2:
                 break
             time.sleep(0.5)
         assert {acme_sid, globex_sid} <= {row["session_id"] for row in body["sessions"]}, body
-        status, body = _http(worker.port, "/sessions", None)
+        status, body = _http(worker.port, "/sessions", None, ca)
         assert status == 401, body
-        status, body = _http(worker.port, "/sessions", acme_token)
+        status, body = _http(worker.port, "/sessions", acme_token, ca)
         assert status == 200, body
         listed = {row["session_id"] for row in body["sessions"]}
         assert acme_sid in listed and globex_sid not in listed, body
-        status, body = _http(worker.port, f"/sessions/{acme_sid}/assessment", acme_token)
+        status, body = _http(worker.port, f"/sessions/{acme_sid}/assessment", acme_token, ca)
         assert status == 200 and body["session_id"] == acme_sid, body
-        status, body = _http(worker.port, f"/sessions/{globex_sid}/assessment", acme_token)
+        status, body = _http(worker.port, f"/sessions/{globex_sid}/assessment", acme_token, ca)
         assert status == 404 and "doom" not in json.dumps(body).lower(), body
-        status, body = _http(worker.port, f"/sessions/{globex_sid}/state", acme_token)
+        status, body = _http(worker.port, f"/sessions/{globex_sid}/state", acme_token, ca)
         assert status == 404, body
-        assert _http(worker.port, "/stats", acme_token)[0] == 403
-        assert _http(worker.port, "/stats", ops_token)[0] == 200
+        assert _http(worker.port, "/stats", acme_token, ca)[0] == 403
+        assert _http(worker.port, "/stats", ops_token, ca)[0] == 200
 
         # replay and export (analyst, read-only) as a user runs them: the CLI + env vars
         env = SecureKafka.env(analyst.security)
@@ -300,3 +312,27 @@ def test_properties_file_configures_the_clients(secure_kafka: SecureKafka) -> No
     env["TRAJECTORY_KAFKA_PROPERTIES"] = str(secure_kafka.files.admin_properties)
     run = _cli(env, "acl", "list", "--bootstrap", secure_kafka.bootstrap)
     assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.timeout(120)
+def test_mtls_client_certificate_is_the_credential(
+    secure_kafka: SecureKafka, topic_prefix: str, tmp_path: Path
+) -> None:
+    """On the SSL listener the certificate's CN is the principal; the ACLs apply to it."""
+    from streams.commands.acl import apply
+    from streams.sdk import Publisher
+    from streams.security import SecurityError, verify_connection
+    from streams.tenancy import bindings
+
+    cert = secure_kafka.client_certificate("agent-mtls", tmp_path)
+    apply(secure_kafka.admin(), bindings("agent", "agent-mtls", topic_prefix, "acme"))
+    settings = Settings(bootstrap=secure_kafka.mtls_bootstrap, prefix=topic_prefix, security=cert)
+    _doom_loop(settings, "acme.mtls-1")
+    topics = secure_kafka.admin().list_topics(timeout=30).topics
+    assert f"{topic_prefix}.session.acme.mtls-1" in topics
+    with Publisher(settings) as pub, pytest.raises(SecurityError, match="ACL"):
+        pub.ensure_session_topic("globex.mtls-1")
+    # without a client certificate the listener refuses the handshake
+    no_cert = cert.with_(cert_file=None, key_file=None)
+    with pytest.raises(SecurityError, match="--ssl-cert-file"):
+        verify_connection(secure_kafka.mtls_bootstrap, no_cert, timeout_s=30)

@@ -279,7 +279,7 @@ class SecurityConfig:
                     continue  # that is --bootstrap / KAFKA_BOOTSTRAP
                 else:
                     extra[key] = value
-        return cls(**picked, extra=tuple(sorted(extra.items())))  # type: ignore[arg-type]
+        return cls(**picked, extra=tuple(sorted(extra.items())))
 
     @classmethod
     def from_env(cls) -> SecurityConfig:

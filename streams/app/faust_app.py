@@ -448,7 +448,7 @@ def create_app(
         web_bind="127.0.0.1",
         web_host="127.0.0.1",
         web_ssl_context=web_ssl_context,  # HTTPS view (streams.app.auth.tls_context)
-        **({"canonical_url": f"https://127.0.0.1:{web_port}"} if web_ssl_context else {}),
+        canonical_url=f"https://127.0.0.1:{web_port}" if web_ssl_context else None,
         producer_acks=-1,
         # batch changelog writes: 3-4 table writes per event would otherwise each be a request
         producer_linger=producer_linger_s,

@@ -27,6 +27,7 @@ import os
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from streams.core.errors import BrokerError
 
@@ -262,7 +263,7 @@ def secure_ready(host: str, port: int, files: SecureFiles, timeout_s: float = 2.
 
     if not port_in_use(host, port):
         return False  # nothing listens yet: no client needed to know that
-    conf: dict[str, object] = dict(admin_client_config(f"{host}:{port}", files))
+    conf: dict[str, Any] = dict(admin_client_config(f"{host}:{port}", files))
     conf["log_level"] = 0
     conf["error_cb"] = lambda err: None  # "not up yet" is the expected answer of a probe
     conf["socket.connection.setup.timeout.ms"] = max(1000, int(timeout_s * 1000))

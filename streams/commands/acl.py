@@ -51,13 +51,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _resource_type(name: str) -> Any:
     """Kafka's CLUSTER resource type is confluent-kafka's ``ResourceType.BROKER`` (4)."""
-    from confluent_kafka.admin import ResourceType
+    from confluent_kafka.admin import ResourceType  # type: ignore[attr-defined]
 
     return ResourceType["BROKER" if name == "CLUSTER" else name]
 
 
 def _acl_binding(grant: Grant) -> Any:
-    from confluent_kafka.admin import (
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AclBinding,
         AclOperation,
         AclPermissionType,
@@ -76,7 +76,7 @@ def _acl_binding(grant: Grant) -> Any:
 
 
 def _acl_filter(grant: Grant) -> Any:
-    from confluent_kafka.admin import (
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AclBindingFilter,
         AclOperation,
         AclPermissionType,
@@ -111,7 +111,7 @@ def admin_client(bootstrap: str) -> Any:
 
 
 def add_user(admin: Any, user: str, password: str) -> None:
-    from confluent_kafka.admin import (
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
         ScramCredentialInfo,
         ScramMechanism,
         UserScramCredentialUpsertion,
@@ -127,7 +127,10 @@ def add_user(admin: Any, user: str, password: str) -> None:
 
 
 def delete_user(admin: Any, user: str) -> None:
-    from confluent_kafka.admin import ScramMechanism, UserScramCredentialDeletion
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
+        ScramMechanism,
+        UserScramCredentialDeletion,
+    )
 
     for mech in (ScramMechanism.SCRAM_SHA_256, ScramMechanism.SCRAM_SHA_512):
         deletion = UserScramCredentialDeletion(user, mech)
@@ -198,7 +201,7 @@ def _grants(args: argparse.Namespace, prefix: str) -> list[Grant]:
 
 
 def _list(admin: Any, user: str | None) -> int:
-    from confluent_kafka.admin import (
+    from confluent_kafka.admin import (  # type: ignore[attr-defined]
         AclBindingFilter,
         AclOperation,
         AclPermissionType,

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from streams.core.errors import DeliveryError
+from streams.security import SecurityError, explain_kafka_error
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,8 @@ def create_topics(
     """Create ``specs``; return the names created now (existing ones are left alone).
 
     Raises :class:`DeliveryError` for any failure but "already exists", naming the
-    topic and the bootstrap address.
+    topic and the bootstrap address; :class:`~streams.security.SecurityError` when an
+    ACL (or the login) refuses it, naming the setting or the grant to fix.
     """
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import NewTopic
@@ -68,6 +70,9 @@ def create_topics(
             err = exc.args[0] if exc.args else None
             if isinstance(err, KafkaError) and err.code() == KafkaError.TOPIC_ALREADY_EXISTS:
                 continue
+            refused = explain_kafka_error(err)  # an ACL, a login or TLS: name the fix
+            if refused is not None:
+                raise SecurityError(f"creating topic {name!r} on {bootstrap}: {refused}") from exc
             raise DeliveryError(
                 f"creating topic {name!r} on {bootstrap} failed: {exc} "
                 "(is the broker reachable? may this client create topics?)"

@@ -13,6 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 
+from streams import security
+
 #: (subcommand, module under streams.commands, one-line help). Order is --help order.
 COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("broker", "broker", "obtain and run a local single-node Kafka (KRaft) on 127.0.0.1"),
@@ -31,6 +33,24 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("snapshot", "snapshot", "create, list, show and restore snapshots of a session's state"),
     ("history", "history", "query detected patterns and assessments by session, tree and time"),
     ("topics", "topics", "list session topics; archive and delete idle ones (gc)"),
+    ("acl", "acl", "tenants and credentials on a secured cluster: SCRAM users and Kafka ACLs"),
+)
+
+#: Commands that talk to Kafka: they take the shared security flags (streams.security).
+SECURED_COMMANDS: frozenset[str] = frozenset(
+    {
+        "router",
+        "worker",
+        "simulate",
+        "publish",
+        "replay",
+        "export",
+        "watch",
+        "snapshot",
+        "history",
+        "topics",
+        "acl",
+    }
 )
 
 EPILOG = """\
@@ -42,7 +62,9 @@ Typical flow:
   trajectory analyze run.traj.gz          # the same detectors, offline
 
 Settings come from flags or the environment: KAFKA_BOOTSTRAP, TRAJECTORY_PREFIX,
-TRAJECTORY_SCHEMA_REGISTRY_URL, TRAJECTORY_PRIVACY (full|summary).
+TRAJECTORY_SCHEMA_REGISTRY_URL, TRAJECTORY_PRIVACY (full|summary).  TLS/SASL:
+--security-protocol, --sasl-*, --ssl-*, --kafka-properties (TRAJECTORY_SECURITY_PROTOCOL,
+...; docs/security.md has the table).
 Run `trajectory COMMAND --help` for each command's options and examples.
 """
 
@@ -64,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         module.add_arguments(p)
+        if name in SECURED_COMMANDS:
+            security.add_arguments(p)
         p.set_defaults(_run=module.run)
     return parser
 
@@ -77,6 +101,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help()
         return 2
     try:
+        if args.command in SECURED_COMMANDS:
+            # flags > TRAJECTORY_* variables > --kafka-properties; every client reads it
+            config = security.from_args(args)
+            security.configure(config)
+            bootstrap = getattr(args, "bootstrap", None) or os.environ.get("KAFKA_BOOTSTRAP")
+            if config.protocol != "PLAINTEXT" and bootstrap:
+                security.verify_connection(bootstrap, config)  # wrong password: fail fast
         return int(args._run(args) or 0)
     except TrajectoryError as exc:
         print(f"trajectory {args.command}: error: {exc}", file=sys.stderr)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from streams.core.errors import ConfigError, InvalidEventError
+from streams.security import SecurityConfig, current
 
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")
 
@@ -60,6 +61,8 @@ class Settings:
     session_retention_ms: int = field(
         default_factory=lambda: _env_int("TRAJECTORY_SESSION_RETENTION_MS", 7 * 24 * 3600 * 1000)
     )
+    #: TLS/SASL of every Kafka client (streams.security; flags > TRAJECTORY_* > properties file)
+    security: SecurityConfig = field(default_factory=current)
 
     def __post_init__(self) -> None:
         if not re.match(r"^[A-Za-z0-9_-]{1,100}$", self.prefix):

@@ -70,6 +70,7 @@ from streams.core.codec import decode_state, encode_state
 from streams.core.engine import SessionState
 from streams.core.errors import ConfigError, DeliveryError, InvalidEventError
 from streams.core.events import META_SNAPSHOT_ID, TraceEvent
+from streams.security import client_config
 from streams.settings import Settings, check_session_id
 
 #: Longest snapshot id accepted (it is part of a Kafka key and shown in tables).
@@ -383,7 +384,12 @@ def _request(
     )
     data = serde.encode(event)
     producer = Producer(
-        {"bootstrap.servers": settings.bootstrap, "enable.idempotence": True, "acks": "all"}
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            **client_config(settings.security),
+        }
     )
     errors: list[str] = []
 

@@ -41,6 +41,7 @@ from typing import Any, Final, Literal
 
 from streams.core.errors import BrokerError, ConfigError, DeliveryError
 from streams.core.events import TraceEvent
+from streams.security import client_config
 from streams.settings import Settings
 
 #: Archive file formats ``trajectory topics gc --archive-format`` knows.
@@ -90,7 +91,9 @@ def admin_client(settings: Settings) -> Any:
     """A confluent-kafka ``AdminClient`` for ``settings.bootstrap``."""
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": settings.bootstrap})
+    return AdminClient(
+        {"bootstrap.servers": settings.bootstrap, **client_config(settings.security)}
+    )
 
 
 def reader(settings: Settings, **extra: Any) -> Any:
@@ -109,6 +112,7 @@ def reader(settings: Settings, **extra: Any) -> Any:
         "enable.partition.eof": False,
         "auto.offset.reset": "earliest",
         "isolation.level": "read_committed",
+        **client_config(settings.security),
     }
     config.update(extra)
     return Consumer(config)

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
 
+from streams.app.auth import ViewAuth
 from streams.app.batch import EventBatchHandler
 from streams.app.metrics import WorkerMetrics
 from streams.app.outputs import OutputEncoder
@@ -399,6 +401,8 @@ def create_app(
     timer_interval_s: float | None = 1.0,
     metrics: WorkerMetrics | None = None,
     max_sessions_in_memory: int = 10_000,
+    view_auth: ViewAuth | None = None,
+    web_ssl_context: ssl.SSLContext | None = None,
 ) -> WorkerApp:
     """Build a worker app from ``settings``.
 
@@ -428,6 +432,7 @@ def create_app(
     app = ObserverApp(
         app_id(settings),
         broker=broker_urls(settings.bootstrap),
+        broker_credentials=settings.security.faust_credentials(),  # TLS/SASL (streams.security)
         store=store,
         datadir=str(datadir),
         autodiscover=False,
@@ -442,6 +447,8 @@ def create_app(
         web_port=web_port,
         web_bind="127.0.0.1",
         web_host="127.0.0.1",
+        web_ssl_context=web_ssl_context,  # HTTPS view (streams.app.auth.tls_context)
+        canonical_url=f"https://127.0.0.1:{web_port}" if web_ssl_context else None,
         producer_acks=-1,
         # batch changelog writes: 3-4 table writes per event would otherwise each be a request
         producer_linger=producer_linger_s,
@@ -604,6 +611,7 @@ def create_app(
         },
         metrics=metrics,
         events_topic=settings.events_topic,
+        auth=view_auth,
     )
 
     return WorkerApp(

@@ -18,6 +18,7 @@ import time
 
 from streams.admin import TopicSpec, create_topics
 from streams.core.errors import BrokerError
+from streams.security import client_config
 from streams.settings import Settings
 
 
@@ -26,7 +27,9 @@ def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    admin = AdminClient(
+        {"bootstrap.servers": settings.bootstrap, **client_config(settings.security)}
+    )
     name = settings.events_topic
     try:
         md = admin.list_topics(timeout=timeout_s)

@@ -55,6 +55,7 @@ from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
 from faust.web import Request, Response, View
 from yarl import URL
 
+from streams.app.auth import ALL_TENANTS, Caller, ViewAuth
 from streams.app.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from streams.app.metrics import WorkerMetrics, faust_events_lag
 from streams.app.state import BudgetState, MinuteCounts, SessionCounters
@@ -313,8 +314,12 @@ def register_views(
     stats: Callable[[], dict[str, Any]],
     metrics: WorkerMetrics | None = None,
     events_topic: str | None = None,
+    auth: ViewAuth | None = None,
 ) -> None:
     """Register the views above on ``app`` (a ``faust.App``); tables are Faust tables.
+
+    ``auth``: bearer tokens per tenant (:mod:`streams.app.auth`); None leaves the
+    view open.
 
     ``stats()`` gives the ``/stats`` body.  ``/metrics`` is served when ``metrics``
     is given; with ``events_topic`` it samples the consumer lag of that topic at
@@ -336,6 +341,37 @@ def register_views(
             if (u.host, u.port) == (here.host, here.port):
                 owned.update(topics.get(route_topic, ()))
         return owned
+
+    def caller_of(request: Request) -> Caller:
+        if auth is None:
+            return Caller(ALL_TENANTS)
+        return auth.caller(request.headers.get("Authorization")) or Caller("")
+
+    def denied(
+        view: View, request: Request, session_id: str | None = None, fleet: bool = False
+    ) -> Response | None:
+        """401 without a valid token; 404 for another tenant's session; 403 fleet views."""
+        if auth is None:
+            return None
+        caller = caller_of(request)
+        out: Response
+        if not caller.tenant:
+            out = view.json(
+                {
+                    "error": "unauthorized",
+                    "hint": "send Authorization: Bearer <token> (a token of the tokens file)",
+                },
+                status=401,
+                headers={"WWW-Authenticate": 'Bearer realm="trajectory"'},
+            )
+            return out
+        if fleet and not caller.all_tenants:
+            out = view.json({"error": "forbidden", "hint": "needs an all-tenant token"}, status=403)
+            return out
+        if session_id is not None and not caller.may_see(session_id):
+            out = view.json(unknown_session_body(session_id), status=404)
+            return out
+        return None
 
     def bad_request(view: View, exc: BadRequest) -> Response:
         out: Response = view.json(
@@ -428,6 +464,10 @@ def register_views(
         """Sessions on this worker's partitions with their latest severity (JSON list)."""
 
         async def get(self, request: Request) -> Response:
+            refused = denied(self, request)
+            if refused is not None:
+                return refused
+            caller = caller_of(request)
             try:
                 min_sev = parse_min_severity(request.query.get("min_severity"))
                 glob = parse_glob(request.query.get("glob"))
@@ -441,6 +481,8 @@ def register_views(
                     continue  # cheap filter before decoding anything
                 if key_partition(sid, route_partitions) not in owned:
                     continue  # a store can keep rows of partitions revoked from us
+                if not caller.may_see(sid):
+                    continue  # a tenant token lists its own tenant's sessions only
                 counters = SessionCounters.decode(raw)
                 eng = states.get(sid)
                 current = eng[0].current if eng is not None else None
@@ -471,6 +513,9 @@ def register_views(
         """The session's current assessment: markdown (default) or JSON."""
 
         async def get(self, request: Request, session_id: str) -> Response:
+            refused = denied(self, request, session_id)
+            if refused is not None:
+                return refused
             try:
                 as_json = wants_json(request.headers.get("Accept"), request.query.get("format"))
             except BadRequest as exc:
@@ -516,6 +561,10 @@ def register_views(
         """JSON of one session's table values (404 unknown, 400 malformed id)."""
 
         async def get(self, request: Request, session_id: str) -> Response:
+            refused = denied(self, request, session_id)
+            if refused is not None:
+                return refused
+
             def local() -> Response:
                 key = session_id.encode()
                 raw = sessions.get(key)
@@ -541,6 +590,10 @@ def register_views(
         """Per-minute counts of one session, oldest first (scans the minutes table)."""
 
         async def get(self, request: Request, session_id: str) -> Response:
+            refused = denied(self, request, session_id)
+            if refused is not None:
+                return refused
+
             def local() -> Response:
                 prefix = f"{session_id}@"
                 rows = [
@@ -562,6 +615,9 @@ def register_views(
         """Processor counters (events applied / duplicates ignored) of this worker."""
 
         async def get(self, request: Request) -> Response:
+            refused = denied(self, request, fleet=True)
+            if refused is not None:
+                return refused
             return self.json(stats())
 
     if metrics is not None:
@@ -572,6 +628,9 @@ def register_views(
             """Prometheus text exposition of this worker's registry."""
 
             async def get(self, request: Request) -> Response:
+                refused = denied(self, request, fleet=True)
+                if refused is not None:
+                    return refused
                 if events_topic is not None:
                     worker_metrics.sample_lag(faust_events_lag(app, events_topic))
                 out: Response = self.bytes(

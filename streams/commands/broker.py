@@ -13,6 +13,8 @@ Examples:
   trajectory broker start --port 19092 --controller-port 19093 --data-dir /tmp/k2
   trajectory broker start --foreground         # logs to the terminal, Ctrl-C stops
   trajectory broker fetch                      # only download the jars (e.g. in CI)
+  trajectory broker start --secure --data-dir .cache/broker-secure --port 9094 \
+      --controller-port 9095                   # SASL_SSL + SCRAM + ACLs (docs/security.md)
 
 Topics are NOT auto-created (every process here creates its own topics); pass
 --auto-create-topics for third-party tools that rely on it.
@@ -67,6 +69,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="start: let the broker create topics on first use (off by default)",
     )
     parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="start: a SASL_SSL listener (SCRAM users, a self-signed CA and server certificate "
+        "in <data-dir>/security) with the StandardAuthorizer and ACLs; clients connect with "
+        "--kafka-properties <data-dir>/security/admin.properties (see docs/security.md)",
+    )
+    parser.add_argument(
+        "--ssl-port",
+        type=int,
+        default=None,
+        help="with --secure: also an SSL listener on this port that requires a client "
+        "certificate signed by <data-dir>/security/ca.pem (mTLS; principal = the CN)",
+    )
+    parser.add_argument(
         "--timeout",
         type=float,
         default=None,
@@ -89,7 +105,12 @@ def run(args: argparse.Namespace) -> int:
         args.port,
         args.controller_port,
         auto_create_topics=args.auto_create_topics,
+        # None: as this data dir was last started (its server.properties says)
+        secure=True if args.secure else None,
+        ssl_port=args.ssl_port,
     )
+    if args.action == "start" and not args.secure and not broker.status().running:
+        broker.secure = False  # a fresh start without --secure is the plaintext broker
     if args.action == "start":
         timeout = args.timeout or DEFAULT_START_TIMEOUT_S
         if args.foreground:
@@ -108,6 +129,10 @@ def run(args: argparse.Namespace) -> int:
             f"logs in {broker.config.logs_dir}"
         )
         print(f"KAFKA_BOOTSTRAP={status.bootstrap}")
+        if broker.secure:
+            props = broker.security_files.admin_properties
+            print(f"TRAJECTORY_KAFKA_PROPERTIES={props}")
+            print(f"TRAJECTORY_SSL_CA_FILE={broker.security_files.ca_cert}")
         return 0
     if args.action == "stop":
         before = broker.status()

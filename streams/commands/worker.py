@@ -36,6 +36,7 @@ Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -95,6 +96,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "least recently active are read back from the tables on their next event",
     )
     parser.add_argument(
+        "--http-tokens-file",
+        help="require Authorization: Bearer tokens on the HTTP view; lines tenant:token "
+        "(a tenant sees only its sessions <tenant>.*) or *:token (all) "
+        "(env TRAJECTORY_HTTP_TOKENS_FILE; see docs/security.md)",
+    )
+    parser.add_argument(
+        "--http-tls-cert", help="serve the HTTP view over HTTPS (env TRAJECTORY_HTTP_TLS_CERT)"
+    )
+    parser.add_argument(
+        "--http-tls-key", help="key of --http-tls-cert (env TRAJECTORY_HTTP_TLS_KEY)"
+    )
+    parser.add_argument(
         "--loglevel",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -139,6 +152,13 @@ def run(args: argparse.Namespace) -> int:
         from streams.core.config import load_config
 
         engine_config = load_config(args.config)
+    if settings.security.protocol != "PLAINTEXT":
+        from streams.security import verify_connection
+
+        verify_connection(settings.bootstrap, settings.security)  # wrong password: fail fast
+    from streams.app.auth import TLS_CERT_ENV, TLS_KEY_ENV, TOKENS_ENV, ViewAuth, tls_context
+
+    tokens = args.http_tokens_file or os.environ.get(TOKENS_ENV)
     partitions = ensure_topics(settings)
     worker_app = create_app(
         settings,
@@ -153,6 +173,11 @@ def run(args: argparse.Namespace) -> int:
         commit_interval_s=args.commit_interval,
         timer_interval_s=args.timer_interval or None,
         max_sessions_in_memory=args.max_sessions_in_memory,
+        view_auth=ViewAuth.from_file(tokens) if tokens else None,
+        web_ssl_context=tls_context(
+            args.http_tls_cert or os.environ.get(TLS_CERT_ENV),
+            args.http_tls_key or os.environ.get(TLS_KEY_ENV),
+        ),
     )
     print(
         f"trajectory worker: {settings.events_topic} ({partitions} partitions) on "

@@ -39,6 +39,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 from streams.core.errors import ConfigError, SerdeError, TrajectoryError
 from streams.core.events import TraceEvent
 from streams.core.jsonl import iso_to_ms
+from streams.security import client_config
 
 T = TypeVar("T")
 
@@ -151,7 +152,7 @@ def session_topics(
             "--session/--sessions", "give exactly one of --session ID or --sessions GLOB"
         )
     base = f"{prefix}.session."
-    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_config()})
     try:
         topics = admin.list_topics(timeout=timeout_s).topics
     except Exception as exc:
@@ -211,6 +212,7 @@ class TopicReader(Generic[T]):
         self.stats = ReadStats()
         config = dict(FAST_READ_CONFIG)
         config["bootstrap.servers"] = bootstrap
+        config.update(client_config())
         # Required by the client even for assign(); never joined, never committed.
         config["group.id"] = f"trajectory-replay-{uuid.uuid4().hex[:12]}"
         config.update(consumer_config or {})

@@ -29,6 +29,7 @@ from streams.core.engine import EngineOutput
 from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
 from streams.importers.offline import OfflineAnalyzer
+from streams.security import client_config
 from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 
 
@@ -454,7 +455,8 @@ def read_live(
     from streams.replay.reader import TopicReader
 
     history = f"{prefix}.assessment-history"
-    existing = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout_s).topics
+    existing = AdminClient({"bootstrap.servers": bootstrap, **client_config()})
+    existing = existing.list_topics(timeout=timeout_s).topics
     complete = history in existing
     patterns = list(
         TopicReader(

@@ -83,6 +83,7 @@ from streams.router.validate import (
     check_message,
     dlq_headers,
 )
+from streams.security import client_config, raise_if_security_error
 from streams.settings import Settings
 
 log = logging.getLogger("streams.router")
@@ -109,7 +110,9 @@ def ensure_topics(
     Existing topics are left alone; an ``events`` topic with another partition
     count is reported (the worker co-partitions by it), not changed.
     """
-    admin = admin or AdminClient({"bootstrap.servers": settings.bootstrap})
+    admin = admin or AdminClient(
+        {"bootstrap.servers": settings.bootstrap, **client_config(settings.security)}
+    )
     topic_cfg = {"max.message.bytes": str(settings.max_message_bytes + _TOPIC_MARGIN)}
     rf = config.replication_factor
     for name in create_topics(
@@ -230,6 +233,7 @@ class Router:
         group = cfg.resolved_group_id(self._prefix)
         consumer_conf: dict[str, Any] = {
             "bootstrap.servers": self.settings.bootstrap,
+            **client_config(self.settings.security),
             "group.id": group,
             "isolation.level": "read_committed",
             "enable.auto.commit": False,
@@ -250,6 +254,7 @@ class Router:
         instance_id = cfg.resolved_transactional_id(self._prefix)
         producer_conf: dict[str, Any] = {
             "bootstrap.servers": self.settings.bootstrap,
+            **client_config(self.settings.security),
             "linger.ms": cfg.resolved_linger_ms(),
             # Java-compatible murmur2 for keyed messages, as Faust/aiokafka: the worker's
             # HTTP routing computes a session's partition this way (streams.app.web).
@@ -307,6 +312,7 @@ class Router:
         fencer = Producer(
             {
                 "bootstrap.servers": self.settings.bootstrap,
+                **client_config(self.settings.security),
                 "transactional.id": transactional_id,
                 "transaction.timeout.ms": self.config.transaction_timeout_ms,
                 **{
@@ -619,6 +625,7 @@ class Router:
         )
 
     def _on_producer_error(self, err: KafkaError) -> None:
+        raise_if_security_error(err, self.settings.security)  # wrong password/CA: fail fast
         if err.fatal():
             self._fatal_cause = str(err)
             log.error("producer fatal error: %s", err)

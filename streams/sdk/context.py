@@ -41,6 +41,7 @@ from typing import Any, Final
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.core.errors import BrokerError, ConfigError
+from streams.security import SecurityError, client_config, explain_kafka_error
 from streams.serde.codec import AssessmentSerde, AssessmentWire
 from streams.settings import Settings, check_session_id
 
@@ -126,6 +127,7 @@ def latest_assessment(
         "enable.auto.commit": False,
         "enable.partition.eof": True,
         "fetch.wait.max.ms": 50,
+        **client_config(settings.security),
     }
     config.update(consumer_config or {})
     config["isolation.level"] = "read_committed"
@@ -149,6 +151,9 @@ def latest_assessment(
                     KafkaError.LEADER_NOT_AVAILABLE,
                 )
             ):
+                refused = explain_kafka_error(tm.error, settings.security)  # a missing ACL
+                if refused is not None:
+                    raise SecurityError(f"reading {topic}: {refused}")
                 raise BrokerError(f"metadata of {topic}: {tm.error.str()}")
             return None
         partition = partition_for_key(key, len(tm.partitions))

@@ -81,6 +81,7 @@ from streams.sdk._validate import (
     check_on_oversize,
     summarize_params,
 )
+from streams.security import client_config, raise_if_security_error, verify_connection
 from streams.serde import EventSerde
 from streams.settings import Settings, check_session_id
 
@@ -135,6 +136,7 @@ class Publisher:
             "linger.ms": 5,
             "compression.type": "lz4",
             "message.max.bytes": max(1_000_000, s.max_message_bytes + RECORD_OVERHEAD),
+            **client_config(s.security),
         }
         for key, value in (producer_config or {}).items():
             if key in ("enable.idempotence", "acks", "on_delivery", "error_cb"):
@@ -145,8 +147,10 @@ class Publisher:
         config["enable.idempotence"] = True
         config["acks"] = "all"
         config["error_cb"] = self._on_error
+        if s.security.protocol != "PLAINTEXT":  # wrong password/CA: fail here, not in a retry loop
+            verify_connection(s.bootstrap, s.security)
         self._producer = Producer(config)
-        self._admin = AdminClient({"bootstrap.servers": s.bootstrap})
+        self._admin = AdminClient({"bootstrap.servers": s.bootstrap, **client_config(s.security)})
         self._admin_timeout_s = admin_timeout_s
         self._lock = threading.Lock()
         self._failures: list[str] = []
@@ -284,6 +288,7 @@ class Publisher:
         # Global client errors: only fatal ones (e.g. an idempotence violation) end
         # the producer; transient ones (broker down) are retried by librdkafka and
         # surface as delivery failures if they outlast message.timeout.ms.
+        raise_if_security_error(err, self.settings.security)  # wrong password/CA: fail fast
         if err.fatal():
             with self._lock:
                 self._fatal = f"{err.str()} ({err.name()})"

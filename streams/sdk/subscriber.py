@@ -92,6 +92,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streams.core.assessment import SEVERITIES, severity_rank
 from streams.core.errors import BrokerError, ConfigError, MalformedMessageError, SerdeError
+from streams.security import client_config
 from streams.serde.codec import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 from streams.settings import Settings
 
@@ -550,6 +551,7 @@ class AssessmentSubscriber:
             "enable.auto.offset.store": False,
             "enable.partition.eof": True,
             "fetch.wait.max.ms": 100,
+            **client_config(s.security),
         }
         config.update(consumer_config or {})
         config["isolation.level"] = "read_committed"

@@ -132,3 +132,113 @@ def create_topics(admin: Any) -> CreateTopics:
         return list(names)
 
     return create
+
+
+# -- the secured broker (issue #10): one per test session, started on first use ------------
+
+
+class SecureKafka:
+    """A ``LocalBroker(secure=True)``: SASL_SSL + SCRAM + the StandardAuthorizer.
+
+    ``credential(user)`` creates (once) a SCRAM user with a random password and
+    returns its :class:`~streams.security.SecurityConfig`; ``admin_security`` is the
+    super user's.  ``env(config)`` is the environment a subprocess needs to use it.
+    """
+
+    def __init__(self, broker: LocalBroker) -> None:
+        from streams.security import SecurityConfig
+
+        self.broker = broker
+        self.bootstrap = broker.bootstrap
+        #: the SSL listener that requires a client certificate (mTLS)
+        self.mtls_bootstrap = f"{broker.config.host}:{broker.ssl_port}"
+        self.files = broker.security_files
+        self.admin_security = SecurityConfig.from_sources(
+            {"properties_file": str(self.files.admin_properties)}, environ={}
+        )
+        self._users: dict[str, Any] = {}
+
+    def admin(self) -> Any:
+        from confluent_kafka.admin import AdminClient
+
+        from streams.security import client_config
+
+        return AdminClient(
+            {"bootstrap.servers": self.bootstrap, **client_config(self.admin_security)}
+        )
+
+    def credential(self, user: str) -> Any:
+        import secrets
+
+        from streams.commands.acl import add_user
+        from streams.security import SecurityConfig
+
+        if user not in self._users:
+            password = secrets.token_urlsafe(18)
+            add_user(self.admin(), user, password)
+            self._users[user] = SecurityConfig(
+                protocol="SASL_SSL",
+                sasl_mechanism="SCRAM-SHA-512",
+                username=user,
+                password=password,
+                ca_file=str(self.files.ca_cert),
+            )
+        return self._users[user]
+
+    def client_certificate(self, cn: str, where: Path) -> Any:
+        """An mTLS :class:`~streams.security.SecurityConfig` for ``User:<cn>``."""
+        from streams.broker.secure import issue_certificate
+        from streams.security import SecurityConfig
+
+        key_pem, cert_pem = issue_certificate(self.files, cn, client=True)
+        (where / f"{cn}.key").write_bytes(key_pem)
+        (where / f"{cn}.pem").write_bytes(cert_pem)
+        return SecurityConfig(
+            protocol="SSL",
+            ca_file=str(self.files.ca_cert),
+            cert_file=str(where / f"{cn}.pem"),
+            key_file=str(where / f"{cn}.key"),
+        )
+
+    @staticmethod
+    def env(config: Any) -> dict[str, str]:
+        out = {k: v for k, v in os.environ.items() if not k.startswith("TRAJECTORY_S")}
+        out.pop("TRAJECTORY_KAFKA_PROPERTIES", None)
+        out.update(
+            {
+                "TRAJECTORY_SECURITY_PROTOCOL": config.protocol,
+                "TRAJECTORY_SASL_MECHANISM": config.sasl_mechanism or "",
+                "TRAJECTORY_SASL_USERNAME": config.username or "",
+                "TRAJECTORY_SASL_PASSWORD": config.password or "",
+                "TRAJECTORY_SSL_CA_FILE": config.ca_file or "",
+            }
+        )
+        return out
+
+
+@pytest.fixture(scope="session")
+def secure_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureKafka]:
+    """One secured broker for the whole session (started on first use, ~10 s)."""
+    ensure_jars()
+    base = tmp_path_factory.mktemp("kafka-secure")
+    errors: list[str] = []
+    for attempt in range(1, START_ATTEMPTS + 1):
+        ports = free_ports(3)
+        broker = LocalBroker(
+            base / f"broker-{attempt}",
+            port=ports[0],
+            controller_port=ports[1],
+            secure=True,
+            ssl_port=ports[2],
+        )
+        try:
+            broker.start()
+        except BrokerError as exc:
+            errors.append(f"attempt {attempt}: {exc}")
+            continue
+        try:
+            yield SecureKafka(broker)
+        finally:
+            broker.stop()
+        return
+    raise BrokerError("could not start the secured Kafka broker:\n" + "\n".join(errors))

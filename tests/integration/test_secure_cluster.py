@@ -1,0 +1,338 @@
+"""Every component over SASL_SSL + SCRAM on the secured local broker, with tenants (issue #10).
+
+One secured broker serves the whole session (``secure_kafka`` in conftest.py).
+Credentials per test prefix, granted with the same bindings ``trajectory acl``
+applies (streams.tenancy):
+
+* ``agent-acme`` (tenant acme) publishes ``acme.*`` sessions through the SDK;
+* ``svc`` (service) runs the router and the worker (subprocesses, env vars);
+* ``analyst`` reads: subscriber, ``context_for``, ``trajectory replay`` / ``export``;
+* the HTTP view takes per-tenant bearer tokens.
+
+What must hold: the pipeline works end to end over SASL_SSL; an agent writing a
+session of another tenant, or reading assessments, is refused with an error that
+names the ACL and no topic of the other tenant appears; a wrong password or an
+unknown CA fails within seconds with a message naming the setting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import SecureKafka  # tests/integration is on sys.path
+from router_proc import RouterProc
+from test_worker import WorkerProc
+
+from streams.settings import Settings
+
+REPO = Path(__file__).resolve().parents[2]
+
+pytestmark = pytest.mark.integration
+
+
+def _grant(kafka: SecureKafka, role: str, user: str, prefix: str, tenant: str | None = None) -> Any:
+    from streams.commands.acl import apply
+    from streams.tenancy import bindings
+
+    config = kafka.credential(user)
+    apply(kafka.admin(), bindings(role, user, prefix, tenant))  # type: ignore[arg-type]
+    return config
+
+
+@pytest.fixture
+def tenants(secure_kafka: SecureKafka, topic_prefix: str) -> dict[str, Settings]:
+    """Settings per credential, all on this test's prefix."""
+
+    def settings(security: Any) -> Settings:
+        return Settings(
+            bootstrap=secure_kafka.bootstrap,
+            prefix=topic_prefix,
+            events_partitions=3,
+            security=security,
+        )
+
+    out = {
+        "acme": settings(_grant(secure_kafka, "agent", "agent-acme", topic_prefix, "acme")),
+        "globex": settings(_grant(secure_kafka, "agent", "agent-globex", topic_prefix, "globex")),
+        "svc": settings(_grant(secure_kafka, "service", "svc", topic_prefix)),
+        "analyst": settings(_grant(secure_kafka, "analyst", "analyst", topic_prefix)),
+        "admin": settings(secure_kafka.admin_security),
+    }
+    return out
+
+
+def _cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "streams", *args],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _http(port: int, path: str, token: str | None, ca: Path) -> tuple[int, Any]:
+    """GET over HTTPS, verifying the view's certificate against the test CA."""
+    req = urllib.request.Request(f"https://127.0.0.1:{port}{path}")
+    req.add_header("Accept", "application/json")
+    if token:
+        req.add_header("Authorization", f"Bearer {token}")
+    ctx = ssl.create_default_context(cafile=str(ca))
+    try:
+        with urllib.request.urlopen(req, timeout=10, context=ctx) as resp:
+            return resp.status, json.loads(resp.read() or b"null")
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read() or b"null")
+
+
+def _doom_loop(settings: Settings, session_id: str) -> None:
+    from streams.sdk import Publisher
+
+    with Publisher(settings) as pub, pub.session(session_id, agent_id="fixer", task="x") as s:
+        for _ in range(8):  # the same failing command: the doom-loop observer fires
+            cid = s.tool_call("bash", {"command": "pytest -x tests/test_x.py"})
+            s.tool_result(cid, {"exit_code": 1}, is_error=True, error="1 failed")
+
+
+@pytest.mark.timeout(300)
+def test_every_component_over_sasl_ssl_with_tenants(
+    secure_kafka: SecureKafka,
+    tenants: dict[str, Settings],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from streams.sdk.context import context_for, latest_assessment
+    from streams.sdk.subscriber import AssessmentSubscriber
+
+    svc, analyst = tenants["svc"], tenants["analyst"]
+    acme_sid, globex_sid = "acme.run-1", "globex.run-1"
+    tokens = tmp_path / "tokens"
+    acme_token, globex_token, ops_token = "acme-" + "a" * 20, "globex-" + "g" * 20, "o" * 24
+    tokens.write_text(f"acme:{acme_token}\nglobex:{globex_token}\n*:{ops_token}\n")
+    # the router and worker subprocesses inherit the service credential from the environment
+    for key, value in SecureKafka.env(svc.security).items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("TRAJECTORY_HTTP_TOKENS_FILE", str(tokens))
+    # ... and serves its HTTP view over HTTPS with a certificate of the test CA
+    from streams.broker.secure import issue_certificate
+
+    key_pem, cert_pem = issue_certificate(secure_kafka.files, "view", hosts=("127.0.0.1",))
+    (tmp_path / "view.key").write_bytes(key_pem)
+    (tmp_path / "view.pem").write_bytes(cert_pem)
+    monkeypatch.setenv("TRAJECTORY_HTTP_TLS_CERT", str(tmp_path / "view.pem"))
+    monkeypatch.setenv("TRAJECTORY_HTTP_TLS_KEY", str(tmp_path / "view.key"))
+    ca = secure_kafka.files.ca_cert
+    router = RouterProc(svc, tmp_path / "router.log")
+    worker = WorkerProc(svc, tmp_path / "data", store="memory")
+    try:
+        _doom_loop(tenants["acme"], acme_sid)  # SDK publish, agent credential
+        _doom_loop(tenants["globex"], globex_sid)
+
+        # subscriber (analyst): both tenants' assessments arrive through router + worker
+        got: dict[str, Any] = {}
+        with AssessmentSubscriber(analyst, start="beginning") as sub:
+            deadline = time.monotonic() + 150
+            while not {acme_sid, globex_sid} <= set(got) and time.monotonic() < deadline:
+                assert worker.proc.poll() is None, worker.log_tail()
+                assert router.proc.poll() is None, router.log_tail()
+                for rec in sub.poll(0.5):
+                    got[rec.session_id] = rec
+        assert {acme_sid, globex_sid} <= set(got), (sorted(got), worker.log_tail())
+
+        # context_for (analyst): the latest assessment, rendered
+        assert "doom" in context_for(acme_sid, settings=analyst).lower()
+        latest = latest_assessment(acme_sid, settings=analyst)
+        assert latest is not None and latest.session_id == acme_sid
+
+        # HTTP view: 401 without a token, a tenant token sees only its tenant
+        deadline = time.monotonic() + 60  # the table rows land at the worker's next flush
+        while time.monotonic() < deadline:
+            status, body = _http(worker.port, "/sessions", ops_token, ca)
+            if status == 200 and body["count"] >= 2:
+                break
+            time.sleep(0.5)
+        assert {acme_sid, globex_sid} <= {row["session_id"] for row in body["sessions"]}, body
+        status, body = _http(worker.port, "/sessions", None, ca)
+        assert status == 401, body
+        status, body = _http(worker.port, "/sessions", acme_token, ca)
+        assert status == 200, body
+        listed = {row["session_id"] for row in body["sessions"]}
+        assert acme_sid in listed and globex_sid not in listed, body
+        status, body = _http(worker.port, f"/sessions/{acme_sid}/assessment", acme_token, ca)
+        assert status == 200 and body["session_id"] == acme_sid, body
+        status, body = _http(worker.port, f"/sessions/{globex_sid}/assessment", acme_token, ca)
+        assert status == 404 and "doom" not in json.dumps(body).lower(), body
+        status, body = _http(worker.port, f"/sessions/{globex_sid}/state", acme_token, ca)
+        assert status == 404, body
+        assert _http(worker.port, "/stats", acme_token, ca)[0] == 403
+        assert _http(worker.port, "/stats", ops_token, ca)[0] == 200
+
+        # replay and export (analyst, read-only) as a user runs them: the CLI + env vars
+        env = SecureKafka.env(analyst.security)
+        env.pop("TRAJECTORY_HTTP_TOKENS_FILE", None)
+        common = ("--bootstrap", analyst.bootstrap, "--prefix", analyst.prefix)
+        out = tmp_path / "replay.jsonl"
+        run = _cli(
+            env, "replay", "--session", acme_sid, *common, "--output", "jsonl", "--out", str(out)
+        )
+        assert run.returncode == 0, run.stderr
+        assert "doom" in out.read_text().lower()
+        exported = tmp_path / "export.jsonl"
+        run = _cli(
+            env,
+            "export",
+            "--session",
+            acme_sid,
+            *common,
+            "--format",
+            "jsonl",
+            "--out",
+            str(exported),
+        )
+        assert run.returncode == 0, run.stderr
+        assert len(exported.read_text().splitlines()) >= 16  # start + 8 calls + 8 results
+    finally:
+        code = worker.stop()
+        router.stop()
+    assert code == 0, worker.log_tail()
+
+
+@pytest.mark.timeout(180)
+def test_an_agent_cannot_touch_another_tenants_sessions(
+    secure_kafka: SecureKafka, tenants: dict[str, Settings]
+) -> None:
+    from streams.core.errors import DeliveryError
+    from streams.sdk import Publisher
+    from streams.sdk.context import latest_assessment
+    from streams.security import SecurityError
+
+    acme, admin = tenants["acme"], tenants["admin"]
+    # writing a globex session with acme's credential: refused, naming the ACL
+    with Publisher(acme) as pub, pytest.raises(SecurityError) as refused:
+        pub.ensure_session_topic("globex.stolen")
+    assert "ACL" in str(refused.value) and "TOPIC_AUTHORIZATION_FAILED" in str(refused.value)
+    # ... and a tenant-less id is refused as well (no prefix matches it)
+    with Publisher(acme) as pub, pytest.raises(SecurityError):
+        pub.ensure_session_topic("stolen")
+    # nothing was created for another tenant
+    topics = secure_kafka.admin().list_topics(timeout=30).topics
+    assert not [t for t in topics if t.startswith(f"{acme.prefix}.session.")], sorted(topics)
+
+    # its own tenant works
+    _doom_loop(acme, "acme.mine")
+    topics = secure_kafka.admin().list_topics(timeout=30).topics
+    assert f"{acme.prefix}.session.acme.mine" in topics
+    # an existing globex topic (made by the admin) is not writable by acme either
+    from streams.admin import TopicSpec, create_topics
+
+    create_topics(
+        secure_kafka.admin(),
+        [TopicSpec(admin.session_topic("globex.real"))],
+        bootstrap=admin.bootstrap,
+    )
+    with Publisher(acme) as pub:
+        pub._topics.add(acme.session_topic("globex.real"))  # skip creation: produce directly
+        session = pub.session("globex.real", agent_id="x")
+        session.start()
+        with pytest.raises(DeliveryError, match="TOPIC_AUTHORIZATION_FAILED"):
+            pub.flush(30)
+
+    # reading assessments with an agent credential: refused, nothing returned
+    from streams.app.topics import ensure_topics
+
+    ensure_topics(tenants["svc"])  # the assessments topics exist (made by the service)
+    with pytest.raises(SecurityError, match="ACLs do not allow user 'agent-acme'"):
+        latest_assessment("globex.real", settings=acme, timeout_s=20)
+
+
+@pytest.mark.timeout(120)
+def test_wrong_password_or_unknown_ca_fails_fast_naming_the_setting(
+    secure_kafka: SecureKafka, tenants: dict[str, Settings]
+) -> None:
+    from streams.sdk import Publisher
+    from streams.security import SecurityError, verify_connection
+
+    good = tenants["svc"].security
+    bad = good.with_(password="not-the-password")
+    env = SecureKafka.env(bad)
+    run = _cli(env, "topics", "list", "--bootstrap", secure_kafka.bootstrap, timeout=60)
+    assert run.returncode == 2, (run.stdout, run.stderr)
+    assert "--sasl-password / TRAJECTORY_SASL_PASSWORD" in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+
+    # the worker's own entry point (python -m streams.commands.worker) checks too
+    worker = subprocess.run(
+        [sys.executable, "-m", "streams.commands.worker", "--bootstrap", secure_kafka.bootstrap],
+        cwd=REPO,
+        env={**env, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert worker.returncode != 0
+    assert "TRAJECTORY_SASL_PASSWORD" in worker.stderr, worker.stderr[-2000:]
+
+    # the SDK: a Publisher refuses to start instead of retrying forever
+    settings = tenants["svc"].with_(security=bad)
+    with pytest.raises(SecurityError, match="TRAJECTORY_SASL_PASSWORD"):
+        Publisher(settings)
+    # a consumer's poll raises too (the subscriber's, here)
+    from streams.sdk.subscriber import AssessmentSubscriber
+
+    with (
+        pytest.raises(SecurityError, match="TRAJECTORY_SASL_PASSWORD"),
+        AssessmentSubscriber(settings, start="beginning") as sub,
+    ):
+        deadline = time.monotonic() + 60  # bounded: the error comes in seconds
+        while time.monotonic() < deadline:
+            sub.poll(0.5)
+
+    # an unknown CA: the system store does not know the local CA
+    no_ca = good.with_(ca_file=None)
+    with pytest.raises(SecurityError, match="--ssl-ca-file / TRAJECTORY_SSL_CA_FILE"):
+        verify_connection(secure_kafka.bootstrap, no_ca, timeout_s=30)
+
+
+def test_properties_file_configures_the_clients(secure_kafka: SecureKafka) -> None:
+    """``--kafka-properties`` alone (the broker's admin.properties) is enough to connect."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRAJECTORY_S")}
+    env["TRAJECTORY_KAFKA_PROPERTIES"] = str(secure_kafka.files.admin_properties)
+    run = _cli(env, "acl", "list", "--bootstrap", secure_kafka.bootstrap)
+    assert run.returncode == 0, run.stderr
+
+
+@pytest.mark.timeout(120)
+def test_mtls_client_certificate_is_the_credential(
+    secure_kafka: SecureKafka, topic_prefix: str, tmp_path: Path
+) -> None:
+    """On the SSL listener the certificate's CN is the principal; the ACLs apply to it."""
+    from streams.commands.acl import apply
+    from streams.sdk import Publisher
+    from streams.security import SecurityError, verify_connection
+    from streams.tenancy import bindings
+
+    cert = secure_kafka.client_certificate("agent-mtls", tmp_path)
+    apply(secure_kafka.admin(), bindings("agent", "agent-mtls", topic_prefix, "acme"))
+    settings = Settings(bootstrap=secure_kafka.mtls_bootstrap, prefix=topic_prefix, security=cert)
+    _doom_loop(settings, "acme.mtls-1")
+    topics = secure_kafka.admin().list_topics(timeout=30).topics
+    assert f"{topic_prefix}.session.acme.mtls-1" in topics
+    with Publisher(settings) as pub, pytest.raises(SecurityError, match="ACL"):
+        pub.ensure_session_topic("globex.mtls-1")
+    # without a client certificate the listener refuses the handshake
+    no_cert = cert.with_(cert_file=None, key_file=None)
+    with pytest.raises(SecurityError, match="--ssl-cert-file"):
+        verify_connection(secure_kafka.mtls_bootstrap, no_cert, timeout_s=30)

@@ -8,7 +8,7 @@
 """
 
 from streams.sdk._validate import SUMMARY_MAX_CHARS, cap_payload, summarize_params
-from streams.sdk.context import PromptContext, context_for, latest_assessment
+from streams.sdk.context import PromptContext, context_for, context_from_view, latest_assessment
 from streams.sdk.publisher import Publisher, Session, now_ms
 from streams.sdk.subscriber import AssessmentSubscriber
 
@@ -20,6 +20,7 @@ __all__ = [
     "Session",
     "cap_payload",
     "context_for",
+    "context_from_view",
     "latest_assessment",
     "now_ms",
     "summarize_params",

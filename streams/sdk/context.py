@@ -232,6 +232,108 @@ def context_for(
     return render_if_fresh(wire, current_call_index, max_age_calls)
 
 
+#: Environment variables :func:`context_from_view` reads when no argument is given.
+VIEW_URL_ENV: Final = "TRAJECTORY_VIEW_URL"
+VIEW_TOKEN_ENV: Final = "TRAJECTORY_VIEW_TOKEN"
+VIEW_TOKEN_FILE_ENV: Final = "TRAJECTORY_VIEW_TOKEN_FILE"
+
+
+def _view_token(token: str | None, token_file: str | None) -> str | None:
+    import os
+
+    if token:
+        return token
+    path = token_file or os.environ.get(VIEW_TOKEN_FILE_ENV)
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                first = fh.readline().strip()
+        except OSError as exc:
+            raise ConfigError(
+                "view_token_file",
+                f"{path!r} cannot be read ({exc}); give the file holding the tenant's "
+                f"bearer token ({VIEW_TOKEN_FILE_ENV})",
+            ) from exc
+        if not first:
+            raise ConfigError("view_token_file", f"{path!r} is empty: put the token on line 1")
+        return first
+    return os.environ.get(VIEW_TOKEN_ENV) or None
+
+
+def context_from_view(
+    session_id: str,
+    *,
+    view_url: str | None = None,
+    token: str | None = None,
+    token_file: str | None = None,
+    ca_file: str | None = None,
+    max_age_calls: int = 20,
+    current_call_index: int | None = None,
+    timeout_s: float = 5.0,
+) -> str:
+    """:func:`context_for` through the worker's HTTP view instead of Kafka.
+
+    Why: on a secured cluster an agent's Kafka credential may write its own session
+    topics but read nothing (``docs/security.md``: Kafka ACLs are per topic, and the
+    assessments topic holds every tenant's sessions).  The view checks the tenant's
+    bearer token and answers only that tenant's sessions, so this is how an agent
+    with least privilege reads its assessment.  Same answer as :func:`context_for`
+    ("" when there is none yet, or it is stale).
+
+    ``view_url`` (``TRAJECTORY_VIEW_URL``, e.g. ``https://observer:6066``), ``token``
+    (``TRAJECTORY_VIEW_TOKEN``) or ``token_file`` (``TRAJECTORY_VIEW_TOKEN_FILE``),
+    ``ca_file``: the CA of the view's certificate when it serves HTTPS with a
+    private CA.  A refused token raises :class:`~streams.security.SecurityError`; an
+    unreachable view raises :class:`~streams.core.errors.BrokerError`.
+    """
+    import json
+    import os
+    import ssl
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    check_session_id(session_id)
+    base = view_url or os.environ.get(VIEW_URL_ENV)
+    if not base:
+        raise ConfigError("view_url", f"no HTTP view to ask: pass view_url= or set {VIEW_URL_ENV}")
+    url = (
+        f"{base.rstrip('/')}/sessions/{urllib.parse.quote(session_id, safe='')}"
+        "/assessment?format=json"
+    )
+    headers = {"Accept": "application/json"}
+    bearer = _view_token(token, token_file)
+    if bearer:
+        headers["Authorization"] = f"Bearer {bearer}"
+    context = ssl.create_default_context(cafile=ca_file) if url.startswith("https") else None
+    request = urllib.request.Request(url, headers=headers)
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s, context=context) as resp:
+            body = json.loads(resp.read().decode("utf-8"))
+    except urllib.error.HTTPError as exc:
+        if exc.code == 404:
+            return ""  # unknown session, or no assessment yet: nothing to say
+        if exc.code in (401, 403):
+            raise SecurityError(
+                f"the HTTP view at {base} refused the token ({exc.code}) for session "
+                f"{session_id!r}: check view_token / {VIEW_TOKEN_ENV} (or "
+                f"{VIEW_TOKEN_FILE_ENV}) and that the token's tenant owns the session"
+            ) from exc
+        raise BrokerError(f"the HTTP view at {base} answered {exc.code} for {url}") from exc
+    except (urllib.error.URLError, OSError) as exc:
+        raise BrokerError(
+            f"the HTTP view at {base} cannot be reached ({exc}); check view_url / "
+            f"{VIEW_URL_ENV} (the worker's --web-port)"
+        ) from exc
+    call_index = body.get("call_index")
+    rendered = body.get("rendered")
+    if not isinstance(call_index, int) or not isinstance(rendered, str):
+        raise BrokerError(f"the HTTP view at {base} answered an unexpected body for {url}")
+    if current_call_index is not None and current_call_index - call_index > max_age_calls:
+        return ""
+    return rendered
+
+
 class PromptContext:
     """Answers :func:`context_for` questions from memory for long-running agents.
 
@@ -342,6 +444,7 @@ __all__ = [
     "SMALL_PARTITION",
     "PromptContext",
     "context_for",
+    "context_from_view",
     "latest_assessment",
     "murmur2",
     "partition_for_key",

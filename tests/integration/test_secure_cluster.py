@@ -33,6 +33,7 @@ from conftest import SecureKafka  # tests/integration is on sys.path
 from router_proc import RouterProc
 from test_worker import WorkerProc
 
+from streams.security import SecurityError
 from streams.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -176,6 +177,15 @@ def test_every_component_over_sasl_ssl_with_tenants(
         assert status == 404 and "doom" not in json.dumps(body).lower(), body
         status, body = _http(worker.port, f"/sessions/{globex_sid}/state", acme_token, ca)
         assert status == 404, body
+        # the agent's own read path (SDK): its tenant token, no Kafka read grant
+        from streams.sdk import context_from_view
+
+        view = f"https://127.0.0.1:{worker.port}"
+        own = context_from_view(acme_sid, view_url=view, token=acme_token, ca_file=str(ca))
+        assert "doom" in own.lower(), own
+        assert context_from_view(globex_sid, view_url=view, token=acme_token, ca_file=str(ca)) == ""
+        with pytest.raises(SecurityError, match="TRAJECTORY_VIEW_TOKEN"):
+            context_from_view(acme_sid, view_url=view, token="not-a-token", ca_file=str(ca))
         assert _http(worker.port, "/stats", acme_token, ca)[0] == 403
         assert _http(worker.port, "/stats", ops_token, ca)[0] == 200
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,7 +40,7 @@ from faust.types import TP
 from streams.app.batch import EventBatchHandler
 from streams.app.metrics import WorkerMetrics
 from streams.app.outputs import OutputEncoder
-from streams.app.processor import EventProcessor, TableWrite
+from streams.app.processor import EventProcessor, PendingWrite, TableWrite
 from streams.app.state import SessionCounters
 from streams.app.web import key_partition, key_str, register_views
 from streams.core.config import EngineConfig
@@ -243,6 +243,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         changelogs, in chunks too; (5) ``_commit_offsets`` flushes the producer
         again (changelogs delivered) and only then commits the offsets.  Faust runs
         one commit at a time; ``StateFlusher.lock`` also keeps the revoke flush out.
+        Until step (4) wrote a value it is in flight (``EventProcessor.written``), and
+        sessions are evicted only after step (4): an event meanwhile never reads
+        an older table value (issue #15).  A value that cannot be encoded stops the
+        worker after every other value is written, with no offset committed
+        (``StateFlusher.write_pending``).
         """
         flusher: StateFlusher | None = getattr(self.app, "state_flusher", None)
         handler = self._handler
@@ -265,21 +270,21 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         pending += processor.take_engines(engine_ids[i : i + 16])
                         i += 16
                 await asyncio.sleep(0)
-            async with handler.lock:
-                processor.evict()  # bounded caches: only clean sessions go
             if pending:
-                writes = []
-                slice_end = time.perf_counter() + flusher.SLICE_S
-                for p in pending:
-                    writes.append(p.encode())
-                    if time.perf_counter() >= slice_end:
-                        await asyncio.sleep(0)  # let fetched batches run
-                        slice_end = time.perf_counter() + flusher.SLICE_S
-                await self.app.producer.flush()
-                for i in range(0, len(writes), flusher.WRITE_CHUNK):
-                    flusher.write(writes[i : i + flusher.WRITE_CHUNK])
-                    await asyncio.sleep(0)
-                flusher.note_flush(len(writes), time.perf_counter() - started)
+                try:
+                    await flusher.write_pending(pending, self.app.producer.flush)
+                except FlushError as exc:
+                    # a bug, not bad input (that is dead-lettered when applied): stop
+                    # without committing; every other value is written already
+                    log.critical("%s; stopping the worker", exc)
+                    await self.crash(exc)
+                    return False
+                flusher.note_flush(len(pending), time.perf_counter() - started)
+            async with handler.lock:
+                # Bounded caches: only clean sessions with nothing in flight go, and
+                # only now that the taken values are in the stores (an evicted
+                # session's next event reads them there; issue #15).
+                processor.evict()
         if not commit_offsets:
             return False
         try:
@@ -295,6 +300,27 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
 class _ReadCommittedTransport(_aiokafka_driver.Transport):
     Consumer = _ReadCommittedConsumer
+
+
+class FlushError(RuntimeError):
+    """Values that could not be encoded at a flush (every other value was written).
+
+    Input that cannot be encoded is dead-lettered when it is applied
+    (``EventProcessor.apply``), so this is a bug, not bad input: the worker stops
+    without committing the offsets, and the values stay dirty in memory.
+    """
+
+    def __init__(self, failed: list[tuple[PendingWrite, Exception]]) -> None:
+        self.failed = failed
+        named = "; ".join(
+            f"{p.table}[{p.key.decode('utf-8', 'replace')!r}]: {type(e).__name__}: {e}"
+            for p, e in failed[:5]
+        )
+        more = f" (+{len(failed) - 5} more)" if len(failed) > 5 else ""
+        super().__init__(
+            f"state flush: {len(failed)} value(s) cannot be encoded, offsets not committed: "
+            f"{named}{more}"
+        )
 
 
 class StateFlusher:
@@ -322,6 +348,8 @@ class StateFlusher:
         self.lock = asyncio.Lock()
         self.last_flush_s = 0.0
         self.max_flush_s = 0.0
+        #: values a flush could not encode (each one stops the worker: FlushError)
+        self.unencodable = 0
 
     def note_flush(self, values: int, seconds: float) -> None:
         """Record how long one commit-time flush took (``/stats``; slow ones are logged)."""
@@ -349,9 +377,55 @@ class StateFlusher:
 
     def flush_now(self) -> int:
         """Collect and write everything dirty (no producer flush: the caller awaits it)."""
-        writes = self.processor.collect()
+        writes = self.processor.collect()  # no await: written before anything else loads
         self.write(writes)
         return len(writes)
+
+    async def write_pending(
+        self, pending: list[PendingWrite], producer_flush: Callable[[], Awaitable[Any]]
+    ) -> None:
+        """Encode ``pending`` (taken from the processor), await ``producer_flush``, then
+        write the values to the stores and changelogs, in slices so batches keep running.
+
+        Until a value is written it is *in flight* (``EventProcessor.written``): an
+        event for its session meanwhile reads the taken value, not the older table
+        value.  A value that cannot be encoded does not stop the others: every other
+        value is written, then :class:`FlushError` names the failures (the caller
+        must not commit offsets: the events that made that value are redelivered).
+        If anything fails before a value is written (producer flush, store), the
+        unwritten values are handed back dirty (``EventProcessor.untake``), so a
+        later flush writes them: a failed flush never loses another session's state.
+        """
+        processor = self.processor
+        writes: list[TableWrite] = []
+        good: list[PendingWrite] = []
+        failed: list[tuple[PendingWrite, Exception]] = []
+        done = 0
+        try:
+            slice_end = time.perf_counter() + self.SLICE_S
+            for p in pending:
+                try:
+                    writes.append(p.encode())
+                    good.append(p)
+                except Exception as exc:  # named below; the others are still written
+                    failed.append((p, exc))
+                if time.perf_counter() >= slice_end:
+                    await asyncio.sleep(0)  # let fetched batches run
+                    slice_end = time.perf_counter() + self.SLICE_S
+            await producer_flush()
+            for i in range(0, len(writes), self.WRITE_CHUNK):
+                self.write(writes[i : i + self.WRITE_CHUNK])
+                processor.written(good[i : i + self.WRITE_CHUNK])
+                done = i + self.WRITE_CHUNK
+                await asyncio.sleep(0)
+        except BaseException:
+            processor.untake(good[done:])
+            processor.untake(p for p, _ in failed)
+            raise
+        if failed:
+            processor.untake(p for p, _ in failed)
+            self.unencodable += len(failed)
+            raise FlushError(failed)
 
 
 class ObserverApp(faust.App):
@@ -598,6 +672,8 @@ def create_app(
             "flushes": flusher.flushes,
             "sessions_in_memory": len(processor.sessions_in_memory()),
             "evicted": processor.evicted,
+            "in_flight": processor.in_flight,
+            "unencodable_values": flusher.unencodable,
             "last_flush_s": round(flusher.last_flush_s, 4),
             "max_flush_s": round(flusher.max_flush_s, 4),
             "batches": handler.batches,

@@ -51,6 +51,11 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 STORES = {"rocksdb": "rocksdb://", "memory": "memory://"}
+#: How long the group waits for a silent worker (Faust: 60 s; docs/guarantees.md).
+DEFAULT_SESSION_TIMEOUT_S = 10.0
+#: The broker's default group.min.session.timeout.ms / group.max.session.timeout.ms.
+MIN_SESSION_TIMEOUT_S = 6.0
+MAX_SESSION_TIMEOUT_S = 1800.0
 SESSIONS_TABLE = "sessions"
 BUDGETS_TABLE = "budgets"
 MINUTES_TABLE = "minutes"
@@ -117,6 +122,34 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def perform_seek(self) -> None:
+        """Faust's seek to the committed offsets, never behind what this worker handled.
+
+        Why (issue #15: 203 and 2,250 duplicates after rebalances): after an
+        assignment Faust resumes the partitions and the flow *before* it awaits this
+        seek (``Recovery.on_recovery_completed``, ``_resume_streams``), and the fetch
+        loop also seeks back whenever it finds the flow stopped.  Records handled
+        meanwhile are applied, their outputs sent and their offsets committable, but
+        not yet committed; the seek then set ``_read_offset`` (and the fetch
+        position) back to the committed offset, and they were handled again.
+
+        Invariant: for ``<prefix>.events``, ``_read_offset[tp]`` is the next offset
+        to handle and never goes below one past the last record this worker handled
+        in its current assignment (``EventBatchHandler.committable``, forgotten at
+        revoke); the fetch loop drops any record below it, so a re-fetched record
+        is never handled twice and none is skipped.
+        """
+        await super().perform_seek()
+        handler = self._handler
+        if handler is None:
+            return
+        read_offset = self._read_offset
+        for topic, partition in handler.partitions():
+            nxt = handler.committable(topic, partition)
+            tp = TP(topic, partition)
+            if nxt is not None and (read_offset[tp] is None or read_offset[tp] < nxt):
+                read_offset[tp] = nxt
+
     @property
     def _handler(self) -> EventBatchHandler | None:
         handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
@@ -126,6 +159,10 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """Faust's fetch loop, with ``<prefix>.events`` batches going to the handler.
+
+        A record of the events topic below ``_read_offset`` (the next offset to
+        handle) is dropped: a seek back to the committed offset re-fetches records
+        this worker already handled (:meth:`perform_seek`).
 
         Faust's own loop turns every record into a ``ConsumerMessage`` and runs the
         conductor callback in ``wait_first`` (two tasks per message), then a channel
@@ -175,7 +212,9 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         monitor.track_tp_end_offset(tp, self.highwater(tp))
                         monitor.stream_inbound_time[tp] = time.monotonic()
                         await handler.handle(batch)
-                        read_offset[tp] = batch[-1].offset
+                        # the next offset to handle (Faust keeps the last one here:
+                        # with a seek in between, the last one came back again)
+                        read_offset[tp] = max(read_offset[tp] or 0, batch[-1].offset + 1)
                         continue
                     for record in batch:  # Faust's per-message path (changelog recovery)
                         message = self._to_message(tp, record)
@@ -473,6 +512,8 @@ def create_app(
     timer_interval_s: float | None = 1.0,
     metrics: WorkerMetrics | None = None,
     max_sessions_in_memory: int = 10_000,
+    group_instance_id: str | None = None,
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
 ) -> WorkerApp:
     """Build a worker app from ``settings``.
 
@@ -487,7 +528,21 @@ def create_app(
     :class:`~streams.app.metrics.WorkerMetrics`) is fed by the batch handler and served on
     ``/metrics``.  ``max_sessions_in_memory`` bounds the decoded per-session caches
     (clean sessions beyond it are evicted after each flush, ended ones always).
+
+    ``group_instance_id`` makes the worker a *static* group member (KIP-345): a
+    worker restarted with the same id (after a crash, SIGKILL included) gets its
+    partitions back at once instead of after the dead member's session timeout;
+    ``trajectory worker --worker-id`` sets it.  ``session_timeout_s`` is how long the
+    group waits for a silent member (a dynamic one that crashed, or a static one
+    that does not come back) before its partitions move (Faust's default is 60 s;
+    the broker accepts 6-1800 s).  The data dir is created if missing.
     """
+    if not MIN_SESSION_TIMEOUT_S <= session_timeout_s <= MAX_SESSION_TIMEOUT_S:
+        raise ConfigError(
+            "session_timeout",
+            f"{session_timeout_s} s: the broker accepts {MIN_SESSION_TIMEOUT_S:g}-"
+            f"{MAX_SESSION_TIMEOUT_S:g} s (group.min/max.session.timeout.ms)",
+        )
     metrics = metrics if metrics is not None else WorkerMetrics()
     if store in STORES:
         store = STORES[store]
@@ -498,6 +553,9 @@ def create_app(
     datadir = Path(data_dir) if data_dir is not None else Path(f"{app_id(settings)}-data")
     if worker_id:
         datadir = datadir / worker_id
+    # Faust opens (does not create) the data dir: a new --data-dir failed with
+    # FileNotFoundError (issue #15).
+    datadir.mkdir(parents=True, exist_ok=True)
 
     app = ObserverApp(
         app_id(settings),
@@ -512,6 +570,10 @@ def create_app(
         broker_commit_interval=commit_interval_s,
         broker_commit_every=commit_every,
         broker_client_id=worker_id or app_id(settings),
+        consumer_group_instance_id=group_instance_id,
+        broker_session_timeout=session_timeout_s,
+        # the usual third of the session timeout (Faust's 3 s default was for 60 s)
+        broker_heartbeat_interval=min(3.0, session_timeout_s / 3),
         web_enabled=web_enabled,
         web_port=web_port,
         web_bind="127.0.0.1",

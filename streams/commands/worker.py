@@ -29,6 +29,9 @@ Examples:
   trajectory worker --prefix demo --store memory --web-port 6067
   KAFKA_BOOTSTRAP=kafka:9092 trajectory worker --data-dir /var/lib/trajectory
   trajectory worker --commit-interval 5              # cheaper with thousands of sessions
+  trajectory worker --worker-id w1 --data-dir /var/lib/trajectory
+      # static group member: restarted after a crash (same id and --web-port) it
+      # takes its partitions back at once (docs/guarantees.md "Restarts")
 
 Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly.
 """

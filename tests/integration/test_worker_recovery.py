@@ -175,3 +175,49 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
         assert duplicates == 0, a.log_tail()
     finally:
         assert a.stop() == 0, a.log_tail()
+
+
+@pytest.mark.timeout(300)
+def test_an_event_with_nan_is_dead_lettered_and_poisons_no_flush(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Defect 3, worker side: ``{"x": NaN}`` in ``input_json`` (Python's json accepts
+    it) crashed the worker at the flush and other sessions lost events.  Now it is
+    dead-lettered with a reason when applied (or by the decoder, once it rejects
+    NaN), the worker stays up and every other event is applied."""
+    from streams.serde import EventSerde
+
+    serde = EventSerde()
+    good = [e for s in ("n0", "n1", "n2") for e in make_session(s, 12)]
+    carrier = TraceEvent(
+        "tool_call",
+        "n0",
+        12,
+        good[-1].timestamp_ms + 1,
+        call_id="x",
+        tool_name="t",
+        input={"x": 1.5},
+    )
+    raw = serde.encode(carrier)
+    assert raw.count(b'{"x":1.5}') == 1
+    poisoned = raw.replace(b'{"x":1.5}', b'{"x":NaN}')  # same length: valid Avro
+    after = make_session("n0", 5, start_seq=12)  # the same seq, valid: no seq gap
+    w = WorkerProc(settings, tmp_path / "d")
+    try:
+        produce(settings, good, extra=[(b"n0", poisoned)])
+        produce(settings, after)
+        exp = expected_of(good + after)
+        w.wait_state(exp, timeout_s=120)
+        time.sleep(1.5)  # a few commits after the poisoned event
+        assert w.proc.poll() is None, w.log_tail()
+        check_tables(w, exp)
+        from tests.integration.test_worker import read_dlq
+
+        dead = read_dlq(settings, want=1)
+        assert len(dead) == 1
+        headers = dict(dead[0].headers())
+        reason = headers["dlq.reason"].decode()
+        assert "NaN" in reason or "strict JSON" in reason or "finite" in reason, reason
+        print(f"dead-lettered: {reason}")
+    finally:
+        assert w.stop() == 0, w.log_tail()

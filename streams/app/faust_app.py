@@ -27,7 +27,7 @@ import asyncio
 import logging
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ from streams.app.auth import ViewAuth
 from streams.app.batch import EventBatchHandler
 from streams.app.metrics import WorkerMetrics
 from streams.app.outputs import OutputEncoder
-from streams.app.processor import EventProcessor, TableWrite
+from streams.app.processor import EventProcessor, PendingWrite, TableWrite
 from streams.app.state import SessionCounters
 from streams.app.web import key_partition, key_str, register_views
 from streams.core.config import EngineConfig
@@ -53,6 +53,11 @@ from streams.settings import Settings
 log = logging.getLogger(__name__)
 
 STORES = {"rocksdb": "rocksdb://", "memory": "memory://"}
+#: How long the group waits for a silent worker (Faust: 60 s; docs/guarantees.md).
+DEFAULT_SESSION_TIMEOUT_S = 10.0
+#: The broker's default group.min.session.timeout.ms / group.max.session.timeout.ms.
+MIN_SESSION_TIMEOUT_S = 6.0
+MAX_SESSION_TIMEOUT_S = 1800.0
 SESSIONS_TABLE = "sessions"
 BUDGETS_TABLE = "budgets"
 MINUTES_TABLE = "minutes"
@@ -119,6 +124,34 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    async def perform_seek(self) -> None:
+        """Faust's seek to the committed offsets, never behind what this worker handled.
+
+        Why (issue #15: 203 and 2,250 duplicates after rebalances): after an
+        assignment Faust resumes the partitions and the flow *before* it awaits this
+        seek (``Recovery.on_recovery_completed``, ``_resume_streams``), and the fetch
+        loop also seeks back whenever it finds the flow stopped.  Records handled
+        meanwhile are applied, their outputs sent and their offsets committable, but
+        not yet committed; the seek then set ``_read_offset`` (and the fetch
+        position) back to the committed offset, and they were handled again.
+
+        Invariant: for ``<prefix>.events``, ``_read_offset[tp]`` is the next offset
+        to handle and never goes below one past the last record this worker handled
+        in its current assignment (``EventBatchHandler.committable``, forgotten at
+        revoke); the fetch loop drops any record below it, so a re-fetched record
+        is never handled twice and none is skipped.
+        """
+        await super().perform_seek()
+        handler = self._handler
+        if handler is None:
+            return
+        read_offset = self._read_offset
+        for topic, partition in handler.partitions():
+            nxt = handler.committable(topic, partition)
+            tp = TP(topic, partition)
+            if nxt is not None and (read_offset[tp] is None or read_offset[tp] < nxt):
+                read_offset[tp] = nxt
+
     @property
     def _handler(self) -> EventBatchHandler | None:
         handler: EventBatchHandler | None = getattr(self.app, "batch_handler", None)
@@ -128,6 +161,10 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
     async def _drain_messages(self, fetcher: Any) -> None:
         """Faust's fetch loop, with ``<prefix>.events`` batches going to the handler.
+
+        A record of the events topic below ``_read_offset`` (the next offset to
+        handle) is dropped: a seek back to the committed offset re-fetches records
+        this worker already handled (:meth:`perform_seek`).
 
         Faust's own loop turns every record into a ``ConsumerMessage`` and runs the
         conductor callback in ``wait_first`` (two tasks per message), then a channel
@@ -177,7 +214,9 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         monitor.track_tp_end_offset(tp, self.highwater(tp))
                         monitor.stream_inbound_time[tp] = time.monotonic()
                         await handler.handle(batch)
-                        read_offset[tp] = batch[-1].offset
+                        # the next offset to handle (Faust keeps the last one here:
+                        # with a seek in between, the last one came back again)
+                        read_offset[tp] = max(read_offset[tp] or 0, batch[-1].offset + 1)
                         continue
                     for record in batch:  # Faust's per-message path (changelog recovery)
                         message = self._to_message(tp, record)
@@ -245,6 +284,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         changelogs, in chunks too; (5) ``_commit_offsets`` flushes the producer
         again (changelogs delivered) and only then commits the offsets.  Faust runs
         one commit at a time; ``StateFlusher.lock`` also keeps the revoke flush out.
+        Until step (4) wrote a value it is in flight (``EventProcessor.written``), and
+        sessions are evicted only after step (4): an event meanwhile never reads
+        an older table value (issue #15).  A value that cannot be encoded stops the
+        worker after every other value is written, with no offset committed
+        (``StateFlusher.write_pending``).
         """
         flusher: StateFlusher | None = getattr(self.app, "state_flusher", None)
         handler = self._handler
@@ -267,21 +311,21 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         pending += processor.take_engines(engine_ids[i : i + 16])
                         i += 16
                 await asyncio.sleep(0)
-            async with handler.lock:
-                processor.evict()  # bounded caches: only clean sessions go
             if pending:
-                writes = []
-                slice_end = time.perf_counter() + flusher.SLICE_S
-                for p in pending:
-                    writes.append(p.encode())
-                    if time.perf_counter() >= slice_end:
-                        await asyncio.sleep(0)  # let fetched batches run
-                        slice_end = time.perf_counter() + flusher.SLICE_S
-                await self.app.producer.flush()
-                for i in range(0, len(writes), flusher.WRITE_CHUNK):
-                    flusher.write(writes[i : i + flusher.WRITE_CHUNK])
-                    await asyncio.sleep(0)
-                flusher.note_flush(len(writes), time.perf_counter() - started)
+                try:
+                    await flusher.write_pending(pending, self.app.producer.flush)
+                except FlushError as exc:
+                    # a bug, not bad input (that is dead-lettered when applied): stop
+                    # without committing; every other value is written already
+                    log.critical("%s; stopping the worker", exc)
+                    await self.crash(exc)
+                    return False
+                flusher.note_flush(len(pending), time.perf_counter() - started)
+            async with handler.lock:
+                # Bounded caches: only clean sessions with nothing in flight go, and
+                # only now that the taken values are in the stores (an evicted
+                # session's next event reads them there; issue #15).
+                processor.evict()
         if not commit_offsets:
             return False
         try:
@@ -297,6 +341,27 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
 class _ReadCommittedTransport(_aiokafka_driver.Transport):
     Consumer = _ReadCommittedConsumer
+
+
+class FlushError(RuntimeError):
+    """Values that could not be encoded at a flush (every other value was written).
+
+    Input that cannot be encoded is dead-lettered when it is applied
+    (``EventProcessor.apply``), so this is a bug, not bad input: the worker stops
+    without committing the offsets, and the values stay dirty in memory.
+    """
+
+    def __init__(self, failed: list[tuple[PendingWrite, Exception]]) -> None:
+        self.failed = failed
+        named = "; ".join(
+            f"{p.table}[{p.key.decode('utf-8', 'replace')!r}]: {type(e).__name__}: {e}"
+            for p, e in failed[:5]
+        )
+        more = f" (+{len(failed) - 5} more)" if len(failed) > 5 else ""
+        super().__init__(
+            f"state flush: {len(failed)} value(s) cannot be encoded, offsets not committed: "
+            f"{named}{more}"
+        )
 
 
 class StateFlusher:
@@ -324,6 +389,8 @@ class StateFlusher:
         self.lock = asyncio.Lock()
         self.last_flush_s = 0.0
         self.max_flush_s = 0.0
+        #: values a flush could not encode (each one stops the worker: FlushError)
+        self.unencodable = 0
 
     def note_flush(self, values: int, seconds: float) -> None:
         """Record how long one commit-time flush took (``/stats``; slow ones are logged)."""
@@ -351,9 +418,55 @@ class StateFlusher:
 
     def flush_now(self) -> int:
         """Collect and write everything dirty (no producer flush: the caller awaits it)."""
-        writes = self.processor.collect()
+        writes = self.processor.collect()  # no await: written before anything else loads
         self.write(writes)
         return len(writes)
+
+    async def write_pending(
+        self, pending: list[PendingWrite], producer_flush: Callable[[], Awaitable[Any]]
+    ) -> None:
+        """Encode ``pending`` (taken from the processor), await ``producer_flush``, then
+        write the values to the stores and changelogs, in slices so batches keep running.
+
+        Until a value is written it is *in flight* (``EventProcessor.written``): an
+        event for its session meanwhile reads the taken value, not the older table
+        value.  A value that cannot be encoded does not stop the others: every other
+        value is written, then :class:`FlushError` names the failures (the caller
+        must not commit offsets: the events that made that value are redelivered).
+        If anything fails before a value is written (producer flush, store), the
+        unwritten values are handed back dirty (``EventProcessor.untake``), so a
+        later flush writes them: a failed flush never loses another session's state.
+        """
+        processor = self.processor
+        writes: list[TableWrite] = []
+        good: list[PendingWrite] = []
+        failed: list[tuple[PendingWrite, Exception]] = []
+        done = 0
+        try:
+            slice_end = time.perf_counter() + self.SLICE_S
+            for p in pending:
+                try:
+                    writes.append(p.encode())
+                    good.append(p)
+                except Exception as exc:  # named below; the others are still written
+                    failed.append((p, exc))
+                if time.perf_counter() >= slice_end:
+                    await asyncio.sleep(0)  # let fetched batches run
+                    slice_end = time.perf_counter() + self.SLICE_S
+            await producer_flush()
+            for i in range(0, len(writes), self.WRITE_CHUNK):
+                self.write(writes[i : i + self.WRITE_CHUNK])
+                processor.written(good[i : i + self.WRITE_CHUNK])
+                done = i + self.WRITE_CHUNK
+                await asyncio.sleep(0)
+        except BaseException:
+            processor.untake(good[done:])
+            processor.untake(p for p, _ in failed)
+            raise
+        if failed:
+            processor.untake(p for p, _ in failed)
+            self.unencodable += len(failed)
+            raise FlushError(failed)
 
 
 class ObserverApp(faust.App):
@@ -403,6 +516,8 @@ def create_app(
     max_sessions_in_memory: int = 10_000,
     view_auth: ViewAuth | None = None,
     web_ssl_context: ssl.SSLContext | None = None,
+    group_instance_id: str | None = None,
+    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
 ) -> WorkerApp:
     """Build a worker app from ``settings``.
 
@@ -417,7 +532,21 @@ def create_app(
     :class:`~streams.app.metrics.WorkerMetrics`) is fed by the batch handler and served on
     ``/metrics``.  ``max_sessions_in_memory`` bounds the decoded per-session caches
     (clean sessions beyond it are evicted after each flush, ended ones always).
+
+    ``group_instance_id`` makes the worker a *static* group member (KIP-345): a
+    worker restarted with the same id (after a crash, SIGKILL included) gets its
+    partitions back at once instead of after the dead member's session timeout;
+    ``trajectory worker --worker-id`` sets it.  ``session_timeout_s`` is how long the
+    group waits for a silent member (a dynamic one that crashed, or a static one
+    that does not come back) before its partitions move (Faust's default is 60 s;
+    the broker accepts 6-1800 s).  The data dir is created if missing.
     """
+    if not MIN_SESSION_TIMEOUT_S <= session_timeout_s <= MAX_SESSION_TIMEOUT_S:
+        raise ConfigError(
+            "session_timeout",
+            f"{session_timeout_s} s: the broker accepts {MIN_SESSION_TIMEOUT_S:g}-"
+            f"{MAX_SESSION_TIMEOUT_S:g} s (group.min/max.session.timeout.ms)",
+        )
     metrics = metrics if metrics is not None else WorkerMetrics()
     if store in STORES:
         store = STORES[store]
@@ -428,6 +557,9 @@ def create_app(
     datadir = Path(data_dir) if data_dir is not None else Path(f"{app_id(settings)}-data")
     if worker_id:
         datadir = datadir / worker_id
+    # Faust opens (does not create) the data dir: a new --data-dir failed with
+    # FileNotFoundError (issue #15).
+    datadir.mkdir(parents=True, exist_ok=True)
 
     app = ObserverApp(
         app_id(settings),
@@ -443,6 +575,10 @@ def create_app(
         broker_commit_interval=commit_interval_s,
         broker_commit_every=commit_every,
         broker_client_id=worker_id or app_id(settings),
+        consumer_group_instance_id=group_instance_id,
+        broker_session_timeout=session_timeout_s,
+        # the usual third of the session timeout (Faust's 3 s default was for 60 s)
+        broker_heartbeat_interval=min(3.0, session_timeout_s / 3),
         web_enabled=web_enabled,
         web_port=web_port,
         web_bind="127.0.0.1",
@@ -605,6 +741,8 @@ def create_app(
             "flushes": flusher.flushes,
             "sessions_in_memory": len(processor.sessions_in_memory()),
             "evicted": processor.evicted,
+            "in_flight": processor.in_flight,
+            "unencodable_values": flusher.unencodable,
             "last_flush_s": round(flusher.last_flush_s, 4),
             "max_flush_s": round(flusher.max_flush_s, 4),
             "batches": handler.batches,

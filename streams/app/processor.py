@@ -25,8 +25,16 @@ Invariants:
   only be dropped after a flush (partitions revoked), never instead of one.
 * The caches are bounded: :meth:`evict` (called after every flush) forgets
   clean sessions that ended, then the least recently touched clean ones above
-  ``max_sessions``.  A dirty session is never evicted; an evicted one is read
-  back from its table on its next event.
+  ``max_sessions``.  A dirty session is never evicted, nor one with a value
+  *in flight*; an evicted one is read back from its table on its next event.
+* **In flight**: a value taken by :meth:`take_dirty` / :meth:`take_engines` is
+  not in the table until the worker wrote it and called :meth:`written` (the
+  worker awaits a producer flush in between).  Until then every load (an event,
+  :meth:`adopt`) reads the in-flight value, never the older table value: reading
+  the table there and flushing later would write the older value over the newer
+  one (issue #15: sessions evicted in that gap went backwards).  A flush that
+  fails hands its values back with :meth:`untake` (dirty again), so a later flush
+  writes them: a failed flush never loses state.
 * An event whose ``seq`` a value already covers changes nothing in it, but
   marks it dirty: after a crash the local store can be ahead of the changelog
   (the flush writes the store first), and a redelivery is the moment to write
@@ -39,10 +47,19 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
-from streams.app.state import BudgetState, MinuteCounts, SessionCounters, minute_key, minute_start
+from streams.app.state import (
+    BudgetState,
+    MinuteCounts,
+    SessionCounters,
+    canonical_bytes,
+    minute_key,
+    minute_start,
+)
 from streams.core.codec import decode_state, encode_state
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
+from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
+from streams.core.jsonl import event_to_json
 
 if TYPE_CHECKING:
     from streams.core.assessment import CurrentAssessment
@@ -82,6 +99,8 @@ class PendingWrite:
     partition: int | None
     key: bytes
     value: SessionCounters | BudgetState | MinuteCounts | SessionState
+    #: The session the value belongs to (a minute key is ``<session_id>@<minute>``).
+    session_id: str = ""
 
     def encode(self) -> TableWrite:
         v = self.value
@@ -119,6 +138,7 @@ class TimerAssessment:
 
 
 _V = TypeVar("_V")
+_Value = SessionCounters | BudgetState | MinuteCounts | SessionState
 
 
 class EventProcessor:
@@ -164,6 +184,8 @@ class EventProcessor:
         self._dirty_engines: set[str] = set()
         #: minute key -> (session id, value): older minutes must survive until the flush
         self._dirty_minutes: dict[str, tuple[str, MinuteCounts]] = {}
+        #: (table, key) -> (session id, value) taken for a flush and not yet written
+        self._inflight: dict[tuple[TableName, bytes], tuple[str, _Value]] = {}
         self.applied = 0
         self.duplicates = 0
         self.flushed_values = 0
@@ -186,9 +208,10 @@ class EventProcessor:
         Raises ``RuntimeError`` if anything is dirty: dropping it would lose state
         whose offsets may already be committed.
         """
-        if self.dirty:
+        if self.dirty or self._inflight:
             raise RuntimeError(
-                f"drop_caches with {self.dirty} unflushed value(s): flush (collect) first"
+                f"drop_caches with {self.dirty} unflushed and {len(self._inflight)} "
+                "taken-but-unwritten value(s): flush and write them (written) first"
             )
         self._sessions.clear()
         self._budgets.clear()
@@ -202,8 +225,9 @@ class EventProcessor:
         """Forget clean sessions: every ended one, then the least recently touched
         beyond ``max_sessions``.  Returns how many were forgotten.
 
-        Only sessions with nothing dirty (nothing to flush) go; their values are in
-        the tables and are read back on the session's next event.  Ended sessions
+        Only sessions with nothing dirty (nothing to flush) and nothing in flight
+        (taken but not yet written) go; their values are in the tables and are read
+        back on the session's next event.  Ended sessions
         are not walked by the timer anyway.
         """
         dirty = (
@@ -211,6 +235,7 @@ class EventProcessor:
             | self._dirty_budgets
             | self._dirty_engines
             | {sid for sid, _ in self._dirty_minutes.values()}
+            | {sid for sid, _ in self._inflight.values()}
         )
         ended = [
             sid
@@ -247,8 +272,9 @@ class EventProcessor:
         """The in-memory (possibly not yet flushed) counters of a session, if cached."""
         return self._sessions.get(session_id)
 
-    @staticmethod
     def _load(
+        self,
+        name: TableName,
         cache: dict[str, _V],
         table: BytesTable,
         key: str,
@@ -257,10 +283,30 @@ class EventProcessor:
     ) -> _V:
         value = cache.get(key)
         if value is None:
-            raw = table.get(key.encode())
-            value = make() if raw is None else decode(raw)
+            bkey = key.encode()
+            held = self._inflight.get((name, bkey))
+            if held is not None:  # taken, not yet in the table: the table is older
+                value = held[1]  # type: ignore[assignment]
+            else:
+                raw = table.get(bkey)
+                value = make() if raw is None else decode(raw)
             cache[key] = value
-        return value
+        return value  # type: ignore[return-value]
+
+    def _stored_engine_state(self, sid: str) -> SessionState | None:
+        """The engine state a load must start from: the in-flight snapshot, else the table's.
+
+        An in-flight snapshot is copied through the codec (rare: a session evicted or
+        dropped while its value was in flight) so the new engine shares nothing with
+        the value still being encoded.
+        """
+        assert self.engines is not None
+        held = self._inflight.get(("engines", sid.encode()))
+        if held is not None:
+            assert isinstance(held[1], SessionState)
+            return decode_state(encode_state(held[1]))
+        raw = self.engines.get(sid.encode())
+        return None if raw is None else decode_state(raw)
 
     def _engine(self, sid: str) -> SessionEngine:
         assert self.engines is not None
@@ -271,11 +317,11 @@ class EventProcessor:
                 from streams.core.config import EngineConfig
 
                 cfg = self.engine_config = EngineConfig()
-            raw = self.engines.get(sid.encode())
-            if raw is None:
+            state = self._stored_engine_state(sid)
+            if state is None:
                 engine = SessionEngine.create(sid, cfg)
             else:
-                engine = SessionEngine.build(cfg, decode_state(raw))
+                engine = SessionEngine.build(cfg, state)
             self._engines[sid] = engine
             self._recency.setdefault(sid, None)  # evictable like the other caches
         return engine
@@ -291,7 +337,13 @@ class EventProcessor:
     # ------------------------------------------------------------------- apply
 
     def apply(self, event: TraceEvent, partition: int | None = None) -> ApplyResult:
-        """Apply ``event`` (from ``partition`` of the source topic) in memory."""
+        """Apply ``event`` (from ``partition`` of the source topic) in memory.
+
+        Raises :class:`~streams.core.errors.InvalidEventError` before any value
+        changed if the event is invalid, including one whose content cannot be
+        stored (see :func:`check_storable`): the caller dead-letters it.
+        """
+        check_storable(event)
         sid = event.session_id
         engine_out: EngineOutput | None = None
         if self.engines is not None:
@@ -310,6 +362,7 @@ class EventProcessor:
         ):
             self._lineage[sid] = Lineage(sid, event.parent_session_id, event.agent_id)
         session = self._load(
+            "sessions",
             self._sessions,
             self.sessions,
             sid,
@@ -331,6 +384,7 @@ class EventProcessor:
         budget_written = False
         if event.type in ("budget", "model_step"):
             budget = self._load(
+                "budgets",
                 self._budgets,
                 self.budgets,
                 sid,
@@ -353,8 +407,12 @@ class EventProcessor:
             cached = self._minutes.get(sid)
             if cached is None or cached.minute_start_ms != start:
                 pending = self._dirty_minutes.get(mkey)
+                held = self._inflight.get(("minutes", mkey.encode()))
                 if pending is not None:
                     cached = pending[1]
+                elif held is not None:  # taken, not yet written: newer than the table
+                    assert isinstance(held[1], MinuteCounts)
+                    cached = held[1]
                 else:
                     raw = self.minutes.get(mkey.encode())
                     cached = (
@@ -390,11 +448,20 @@ class EventProcessor:
         """
         if self.engines is None or session_id in self._engines:
             return False
-        raw = self.sessions.get(session_id.encode())
-        if raw is None:
-            return False
-        counters = self._sessions.get(session_id) or SessionCounters.decode(raw)
-        if counters.ended or self.engines.get(session_id.encode()) is None:
+        held = self._inflight.get(("sessions", session_id.encode()))
+        counters = self._sessions.get(session_id)
+        if counters is None and held is not None:
+            assert isinstance(held[1], SessionCounters)
+            counters = held[1]
+        if counters is None:
+            raw = self.sessions.get(session_id.encode())
+            if raw is None:
+                return False
+            counters = SessionCounters.decode(raw)
+        if counters.ended or (
+            ("engines", session_id.encode()) not in self._inflight
+            and self.engines.get(session_id.encode()) is None
+        ):
             return False
         self._sessions[session_id] = counters
         self._partition[session_id] = partition
@@ -447,17 +514,18 @@ class EventProcessor:
         for sid in self._dirty_sessions - deferred:
             s = self._sessions.get(sid)
             if s is not None:
-                pending.append(PendingWrite("sessions", part(sid), sid.encode(), s))
+                pending.append(PendingWrite("sessions", part(sid), sid.encode(), s, sid))
         self._dirty_sessions &= deferred
         for sid in self._dirty_budgets:
             b = self._budgets.get(sid)
             if b is not None:
-                pending.append(PendingWrite("budgets", part(sid), sid.encode(), b))
+                pending.append(PendingWrite("budgets", part(sid), sid.encode(), b, sid))
         for mkey, (sid, m) in self._dirty_minutes.items():
-            pending.append(PendingWrite("minutes", part(sid), mkey.encode(), m))
+            pending.append(PendingWrite("minutes", part(sid), mkey.encode(), m, sid))
         self._dirty_budgets.clear()
         self._dirty_minutes.clear()
         self.flushed_values += len(pending)
+        self._hold(pending)
         if engines:
             pending += self.take_engines(list(self._dirty_engines))
         return pending
@@ -483,24 +551,94 @@ class EventProcessor:
             self._dirty_engines.discard(sid)
             e = self._engines.get(sid)
             if e is not None:
-                pending.append(PendingWrite("engines", part(sid), sid.encode(), e.snapshot()))
+                pending.append(PendingWrite("engines", part(sid), sid.encode(), e.snapshot(), sid))
             if sid in self._dirty_sessions:
                 self._dirty_sessions.discard(sid)
                 c = self._sessions.get(sid)
                 if c is not None:
-                    pending.append(PendingWrite("sessions", part(sid), sid.encode(), c))
+                    pending.append(PendingWrite("sessions", part(sid), sid.encode(), c, sid))
         self.flushed_values += len(pending)
+        self._hold(pending)
         return pending
 
+    def _hold(self, pending: Iterable[PendingWrite]) -> None:
+        inflight = self._inflight
+        for p in pending:
+            inflight[(p.table, p.key)] = (p.session_id, p.value)
+
+    @property
+    def in_flight(self) -> int:
+        """How many taken values are not yet confirmed written (:meth:`written`)."""
+        return len(self._inflight)
+
+    def written(self, pending: Iterable[PendingWrite]) -> None:
+        """The worker wrote ``pending`` to the tables: loads may read them there now.
+
+        A value taken again since (a newer one in flight) stays in flight.
+        """
+        inflight = self._inflight
+        for p in pending:
+            k = (p.table, p.key)
+            held = inflight.get(k)
+            if held is not None and held[1] is p.value:
+                del inflight[k]
+
+    def untake(self, pending: Iterable[PendingWrite]) -> None:
+        """A flush of ``pending`` failed: make the values dirty again (the next flush
+        writes them, or a newer value of the same key), and out of flight.
+
+        The in-memory caches still hold each value or a newer one (a session with a
+        value in flight is never evicted), except a minute the session moved on from,
+        which is dirty again here with its taken value unless a newer one is.
+        """
+        inflight = self._inflight
+        for p in pending:
+            sid = p.session_id
+            if p.table == "sessions":
+                if sid in self._sessions:
+                    self._dirty_sessions.add(sid)
+            elif p.table == "budgets":
+                if sid in self._budgets:
+                    self._dirty_budgets.add(sid)
+            elif p.table == "engines":
+                if sid in self._engines:
+                    self._dirty_engines.add(sid)
+            else:
+                assert isinstance(p.value, MinuteCounts)
+                self._dirty_minutes.setdefault(p.key.decode(), (sid, p.value))
+            k = (p.table, p.key)
+            held = inflight.get(k)
+            if held is not None and held[1] is p.value:
+                del inflight[k]
+
     def collect(self) -> list[TableWrite]:
-        """Encode every dirty value (once) and clear the dirty sets."""
-        return [p.encode() for p in self.take_dirty()]
+        """Encode every dirty value (once) and clear the dirty sets.
+
+        For callers that write the values before anything else touches the
+        processor (no ``await`` in between): they are not kept in flight.  The
+        worker's commit, which awaits between take and write, uses
+        :meth:`take_dirty` + :meth:`written` instead.
+        """
+        pending = self.take_dirty()
+        try:
+            return [p.encode() for p in pending]
+        except BaseException:
+            self.untake(pending)
+            raise
+        finally:
+            self.written(pending)
 
     def flush(self) -> int:
-        """Collect and write into the tables given to the constructor (dict tables,
+        """Take, encode and write into the tables given to the constructor (dict tables,
         unit tests, offline use); the Faust worker writes partition-explicitly instead."""
-        writes = self.collect()
+        pending = self.take_dirty()
+        try:
+            writes = [p.encode() for p in pending]
+        except BaseException:
+            self.untake(pending)
+            raise
         write_all(writes, self._tables())
+        self.written(pending)
         return len(writes)
 
     def _tables(self) -> dict[TableName, BytesTable]:
@@ -512,6 +650,27 @@ class EventProcessor:
         if self.engines is not None:
             tables["engines"] = self.engines
         return tables
+
+
+def check_storable(event: TraceEvent) -> None:
+    """Raise ``InvalidEventError`` if ``event`` cannot be part of a table value.
+
+    Every table value is strict JSON (``streams.app.state.canonical_bytes``) or
+    the state codec, which both refuse NaN/Infinity, lone surrogates and
+    over-deep nesting.  An event carrying one (``{"x": NaN}`` in ``input_json``
+    passed the decoder) used to be applied and then crash the worker at the
+    flush, for every session in it (issue #15).  Checked at apply time, before
+    anything changed, it is dead-lettered with this reason instead: invariant,
+    **whatever the processor applied can be flushed**.  ~5 us per event.
+    """
+    try:
+        canonical_bytes(event_to_json(event))
+    except (ValueError, TypeError, RecursionError) as exc:
+        raise InvalidEventError(
+            "input/output/metadata",
+            f"cannot be stored as strict JSON: {exc} (send finite numbers, no NaN/Infinity, "
+            "valid Unicode text and nesting the decoder accepts)",
+        ) from exc
 
 
 def write_all(writes: Iterable[TableWrite], tables: dict[TableName, BytesTable]) -> None:
@@ -527,5 +686,6 @@ __all__ = [
     "PendingWrite",
     "TableWrite",
     "TimerAssessment",
+    "check_storable",
     "write_all",
 ]

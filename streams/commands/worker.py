@@ -29,6 +29,9 @@ Examples:
   trajectory worker --prefix demo --store memory --web-port 6067
   KAFKA_BOOTSTRAP=kafka:9092 trajectory worker --data-dir /var/lib/trajectory
   trajectory worker --commit-interval 5              # cheaper with thousands of sessions
+  trajectory worker --worker-id w1 --data-dir /var/lib/trajectory
+      # static group member: restarted after a crash (same id and --web-port) it
+      # takes its partitions back at once (docs/guarantees.md "Restarts")
 
 Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly.
 """
@@ -59,7 +62,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--web-port", type=int, default=6066, help="HTTP view port on 127.0.0.1 (default 6066)"
     )
     parser.add_argument("--no-web", action="store_true", help="do not start the HTTP view")
-    parser.add_argument("--worker-id", help="client id; also a sub-folder of --data-dir")
+    parser.add_argument(
+        "--worker-id",
+        help="a stable name for this worker: client id, sub-folder of --data-dir and its "
+        "static group membership (group.instance.id): restarted with the same id after a "
+        "crash it gets its partitions back at once instead of after --session-timeout",
+    )
+    parser.add_argument(
+        "--session-timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="how long the group waits for a worker that stopped heartbeating (crashed, "
+        "or with --worker-id stopped and not restarted) before its partitions move to "
+        "another worker (default 10; the broker accepts 6-1800)",
+    )
     parser.add_argument(
         "--config",
         help="engine config file (YAML or JSON: analysis thresholds, observer profiles); "
@@ -128,6 +145,13 @@ def run(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
             return 2
+    if not 6.0 <= args.session_timeout <= 1800.0:
+        print(
+            f"trajectory worker: --session-timeout {args.session_timeout}: give 6-1800 seconds "
+            "(the broker's group.min/max.session.timeout.ms)",
+            file=sys.stderr,
+        )
+        return 2
     if args.max_sessions_in_memory < 1:
         print("trajectory worker: --max-sessions-in-memory must be at least 1", file=sys.stderr)
         return 2
@@ -178,6 +202,8 @@ def run(args: argparse.Namespace) -> int:
             args.http_tls_cert or os.environ.get(TLS_CERT_ENV),
             args.http_tls_key or os.environ.get(TLS_KEY_ENV),
         ),
+        group_instance_id=args.worker_id,
+        session_timeout_s=args.session_timeout,
     )
     print(
         f"trajectory worker: {settings.events_topic} ({partitions} partitions) on "

@@ -47,13 +47,20 @@ def free_port() -> int:
 class WorkerProc:
     """One ``trajectory worker`` subprocess and its HTTP view."""
 
-    def __init__(self, settings: Settings, data_dir: Path, store: str = "rocksdb") -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        data_dir: Path,
+        store: str = "rocksdb",
+        extra: tuple[str, ...] = (),
+        port: int | None = None,
+    ) -> None:
         from streams.app.topics import ensure_topics
 
         # Create <prefix>.events (settings.events_partitions) before anything produces:
         # on a broker with auto-creation a first produce would make a 1-partition topic.
         assert ensure_topics(settings) == settings.events_partitions
-        self.port = free_port()
+        self.port = port or free_port()
         self.log_path = data_dir.parent / f"worker-{self.port}.log"
         self._log = self.log_path.open("wb")
         env = {**os.environ, "PYTHONPATH": str(REPO)}
@@ -74,6 +81,7 @@ class WorkerProc:
                 str(self.port),
                 "--loglevel",
                 "info",
+                *extra,
             ],
             cwd=REPO,
             env=env,

@@ -401,3 +401,98 @@ def test_deferred_engines_are_taken_later_with_their_counters() -> None:
     assert p.flushed_values == len(early) + len(taken)
     # what changed after being taken is dirty again for the next flush
     assert p.dirty == len(p.collect()) > 0
+
+
+# ---------------------------------------------------------------- issue #15: the write gap
+
+
+def _gap_write(p: EventProcessor, tabs: tuple[dict[bytes, bytes], ...], pending: list) -> None:  # type: ignore[type-arg]
+    """What the worker does after ``await producer.flush()``: write the taken values."""
+    names = ("sessions", "budgets", "minutes", "engines")
+    for w in (t.encode() for t in pending):
+        tabs[names.index(w.table)][w.key] = w.value
+    p.written(pending)
+
+
+def test_an_event_in_the_write_gap_never_reads_an_older_table_value() -> None:
+    """Issue #15, defect 1: sessions were evicted after their values were taken but
+    before they were written; an event in that gap loaded the older table value and
+    the next flush wrote it over the newer one (state went backwards)."""
+    tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    p = EventProcessor(*tabs, max_sessions=1)
+    for seq in range(3):
+        p.apply(_sev("a", seq))
+    p.apply(_sev("b", 0, "session_end"))  # ended: always evicted
+    pending = p.take_dirty()  # taken under the lock ...
+    p.evict()  # ... (the old commit evicted here) ...
+    p.apply(_sev("a", 3))  # ... an event arrives while the producer flush is awaited
+    p.apply(_sev("b", 1))
+    _gap_write(p, tabs, pending)  # ... then the taken values are written
+    p.evict()
+    p.flush()  # the next commit
+    for sid, events, last in (("a", 4, 3), ("b", 2, 1)):
+        stored = SessionCounters.decode(tabs[0][sid.encode()])
+        assert (stored.events, stored.last_seq) == (events, last), sid
+    q = EventProcessor({}, {}, {}, {})
+    for e in [_sev("a", s) for s in range(4)]:
+        q.apply(e)
+    assert p.engine_state("a") == q.engine_state("a")
+
+
+def test_an_in_flight_value_is_what_a_load_reads_until_written() -> None:
+    """The overlay itself: a session not in memory whose value is in flight (here an
+    out-of-order event for a minute the session moved on from) reads the taken value."""
+    tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    p = EventProcessor(*tabs)
+    p.apply(ev(0, "tool_call", ts=T0))  # minute 0
+    p.apply(ev(1, "tool_call", ts=T0 + 61_000))  # minute 1: minute 0 is no longer cached
+    pending = p.take_dirty()
+    assert p.in_flight == len(pending)
+    p.apply(ev(2, "tool_call", ts=T0 + 1_000))  # late event for minute 0, in the gap
+    _gap_write(p, tabs, pending)
+    assert p.in_flight == 0
+    p.flush()
+    m0 = MinuteCounts.decode(tabs[2][minute_key("s1", T0).encode()])
+    assert m0.tool_calls == 2
+    p.apply(ev(3, "tool_call", ts=T0 + 2_000))
+    assert p.take_dirty() and p.dirty == 0
+    with pytest.raises(RuntimeError, match="taken-but-unwritten"):
+        p.drop_caches()  # the revoke must write what it took first
+
+
+def test_a_failed_flush_hands_its_values_back_dirty() -> None:
+    """A flush that fails after the take (producer flush, store) must not lose them."""
+    tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    p = EventProcessor(*tabs, max_sessions=1)
+    for sid in ("a", "b", "c"):
+        p.apply(_sev(sid, 0))
+        p.apply(TraceEvent("model_step", sid, 1, T0, input_tokens=5, output_tokens=1))
+    pending = p.take_dirty()
+    assert p.dirty == 0
+    p.untake(pending)  # the flush failed
+    assert p.in_flight == 0 and p.dirty == len(pending)
+    p.evict()
+    assert p.flush() == len(pending)
+    for sid in ("a", "b", "c"):
+        assert SessionCounters.decode(tabs[0][sid.encode()]).events == 2
+        assert BudgetState.decode(tabs[1][sid.encode()]).tokens_used == 6
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"x": float("nan")}, {"x": float("inf")}, {"x": [float("-inf")]}, {"x": "\ud800"}],
+)
+def test_an_event_that_cannot_be_stored_is_rejected_before_anything_changed(bad: object) -> None:
+    """Issue #15, defect 3 (worker side): ``{"x": NaN}`` used to crash the worker at the
+    flush; now apply raises InvalidEventError (dead-lettered) and nothing changed."""
+    tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    p = EventProcessor(*tabs)
+    p.apply(_sev("a", 0))
+    p.flush()
+    bad_event = TraceEvent("tool_call", "a", 1, T0, tool_name="t", call_id="c1", input=bad)  # type: ignore[arg-type]
+    with pytest.raises(InvalidEventError, match="cannot be stored as strict JSON"):
+        p.apply(bad_event)
+    assert p.dirty == 0
+    out = p.apply(_sev("a", 1))  # the session carries on with the next valid event
+    assert out.applied and out.session.events == 2
+    assert p.flush() > 0

@@ -31,6 +31,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("snapshot", "snapshot", "create, list, show and restore snapshots of a session's state"),
     ("history", "history", "query detected patterns and assessments by session, tree and time"),
     ("topics", "topics", "list session topics; archive and delete idle ones (gc)"),
+    ("otlp", "otlp", "OTLP/HTTP receiver: OpenTelemetry agent traces/logs -> session topics"),
 )
 
 EPILOG = """\

@@ -29,6 +29,7 @@ Invariants:
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,10 @@ from streams.importers.otlp import (
 
 #: Dedup keys remembered (about 100 bytes each).
 DEFAULT_DEDUP_CAPACITY: Final = 1_000_000
+#: Kafka error codes of a partition whose leader is not known yet (new topic).
+_NO_LEADER_YET: Final = frozenset(
+    {3, 5, 6}
+)  # UNKNOWN_TOPIC_OR_PART, LEADER_NOT_AVAILABLE, NOT_LEADER
 #: Rejection reasons listed in one ``partial_success.error_message``.
 _SHOWN_REASONS: Final = 10
 
@@ -171,7 +176,7 @@ class Ingest:
 
     def _resume_point(self, topic: str) -> TraceEvent | None:
         """The last event on *topic* if it has any (an earlier receiver's session)."""
-        from confluent_kafka import Consumer, TopicPartition
+        from confluent_kafka import Consumer, KafkaException, TopicPartition
 
         if self._consumer is None:
             self._consumer = Consumer(
@@ -183,7 +188,18 @@ class Ingest:
                 }
             )
         tp = TopicPartition(topic, 0)
-        low, high = self._consumer.get_watermark_offsets(tp, timeout=10.0)
+        deadline = time.monotonic() + 15.0
+        while True:
+            try:
+                low, high = self._consumer.get_watermark_offsets(tp, timeout=10.0)
+                break
+            except KafkaException as exc:
+                # A topic created a moment ago may have no leader yet: retry that.
+                if not exc.args[0].retriable() and exc.args[0].code() not in _NO_LEADER_YET:
+                    raise DeliveryError(f"cannot read the offsets of {topic}: {exc}") from exc
+                if time.monotonic() > deadline:
+                    raise DeliveryError(f"cannot read the offsets of {topic}: {exc}") from exc
+                time.sleep(0.1)
         if high <= low:
             return None
         self._consumer.assign([TopicPartition(topic, 0, high - 1)])

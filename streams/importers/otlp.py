@@ -273,6 +273,11 @@ def json_span(span: Mapping[str, Any], res_attrs: Mapping[str, JsonValue], where
     )
 
 
+def _list_or_empty(value: object) -> object:
+    """An absent (or null) repeated field is empty; anything else is checked as a list."""
+    return [] if value is None else value
+
+
 def _resource_attrs(container: Mapping[str, Any]) -> dict[str, JsonValue]:
     resource = container.get("resource")
     return attributes(resource) if isinstance(resource, Mapping) else {}
@@ -284,14 +289,14 @@ def spans_from_json(doc: Mapping[str, Any]) -> Iterator[tuple[str, Span | Mappin
     A span that cannot be normalized comes as ``(where, MappingError)`` so a caller
     can reject it alone; a structurally broken document raises :class:`MappingError`.
     """
-    resource_spans = doc.get("resourceSpans") or []
+    resource_spans = _list_or_empty(doc.get("resourceSpans"))
     if not isinstance(resource_spans, list):
         raise MappingError("resourceSpans", "expected a list")
     for r, rs in enumerate(resource_spans):
         if not isinstance(rs, Mapping):
             raise MappingError(f"resourceSpans[{r}]", "expected an object")
         res_attrs = _resource_attrs(rs)
-        scope_spans = rs.get("scopeSpans") or []
+        scope_spans = _list_or_empty(rs.get("scopeSpans"))
         if not isinstance(scope_spans, list):
             raise MappingError(f"resourceSpans[{r}].scopeSpans", "expected a list")
         for s, ss in enumerate(scope_spans):
@@ -313,14 +318,14 @@ def spans_from_json(doc: Mapping[str, Any]) -> Iterator[tuple[str, Span | Mappin
 
 def logs_from_json(doc: Mapping[str, Any]) -> Iterator[tuple[str, LogRecord | MappingError]]:
     """``(where, record)`` for every record of an ``ExportLogsServiceRequest`` in JSON."""
-    resource_logs = doc.get("resourceLogs") or []
+    resource_logs = _list_or_empty(doc.get("resourceLogs"))
     if not isinstance(resource_logs, list):
         raise MappingError("resourceLogs", "expected a list")
     for r, rl in enumerate(resource_logs):
         if not isinstance(rl, Mapping):
             raise MappingError(f"resourceLogs[{r}]", "expected an object")
         res_attrs = _resource_attrs(rl)
-        scope_logs = rl.get("scopeLogs") or []
+        scope_logs = _list_or_empty(rl.get("scopeLogs"))
         if not isinstance(scope_logs, list):
             raise MappingError(f"resourceLogs[{r}].scopeLogs", "expected a list")
         for s, sl in enumerate(scope_logs):

@@ -487,3 +487,135 @@ def test_a_retried_export_does_not_duplicate_and_a_restart_continues_seq(
     assert sorted(e.type for e in events) == sorted(
         ["session_start", *["model_step", "tool_call", "tool_result"] * 4]
     )
+
+
+# -- security and limits -----------------------------------------------------------------
+
+
+def _certificates(tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A test CA and a server certificate for 127.0.0.1 signed by it: (ca, cert, key)."""
+    import shutil
+
+    if shutil.which("openssl") is None:
+        pytest.skip("openssl CLI not installed: cannot make test certificates")
+    ca, ca_key = tmp_path / "ca.pem", tmp_path / "ca-key.pem"
+    cert, key, csr = tmp_path / "cert.pem", tmp_path / "key.pem", tmp_path / "cert.csr"
+    ext = tmp_path / "ext.cnf"
+    ext.write_text("subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\n")
+    for cmd in (
+        ["req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=test CA",
+         "-keyout", str(ca_key), "-out", str(ca)],
+        ["req", "-newkey", "rsa:2048", "-nodes", "-subj", "/CN=127.0.0.1",
+         "-keyout", str(key), "-out", str(csr)],
+        ["x509", "-req", "-in", str(csr), "-CA", str(ca), "-CAkey", str(ca_key),
+         "-CAcreateserial", "-days", "1", "-extfile", str(ext), "-out", str(cert)],
+    ):  # fmt: skip
+        subprocess.run(["openssl", *cmd], check=True, capture_output=True)
+    return ca, cert, key
+
+
+@pytest.mark.timeout(240)
+def test_token_tls_and_size_limit(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import ssl
+
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+    ca, cert, key = _certificates(tmp_path)
+    token_file = tmp_path / "token"
+    token_file.write_text("s3cret\n")
+    proc = ReceiverProc.__new__(ReceiverProc)
+    port = free_port()
+    proc.port, proc.log_path, proc.url = port, tmp_path / "otlp.log", f"https://127.0.0.1:{port}"
+    proc.proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "streams.commands.otlp",
+            "--bootstrap",
+            settings.bootstrap,
+            "--prefix",
+            settings.prefix,
+            "--port",
+            str(port),
+            "--token-file",
+            str(token_file),
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--max-body-bytes",
+            "65536",
+        ],
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=proc.log_path.open("ab"),
+        stderr=subprocess.STDOUT,
+    )
+    ctx = ssl.create_default_context(cafile=str(ca))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.proc.poll() is None, proc.log_tail()
+            try:
+                with urllib.request.urlopen(proc.url + "/healthz", timeout=2, context=ctx):
+                    break
+            except OSError:
+                assert time.monotonic() < deadline, proc.log_tail()
+                time.sleep(0.2)
+
+        def post(body: bytes, headers: dict[str, str]) -> tuple[int, bytes]:
+            req = urllib.request.Request(
+                proc.url + "/v1/traces",
+                data=body,
+                method="POST",
+                headers={"Content-Type": "application/json", **headers},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=30, context=ctx) as resp:
+                    return resp.status, resp.read()
+            except urllib.error.HTTPError as exc:
+                return exc.code, exc.read()
+
+        good = json.dumps(openinference_request("secured", 1)).encode()
+        assert post(good, {})[0] == 401
+        assert post(good, {"Authorization": "Bearer wrong"})[0] == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        too_big = json.dumps({"resourceSpans": [], "pad": "x" * 70_000}).encode()
+        status, answer = post(too_big, auth)
+        assert status == 413, answer
+        bomb = gzip.compress(json.dumps({"resourceSpans": [], "pad": "x" * 200_000}).encode())
+        assert len(bomb) < 65_536
+        status, answer = post(bomb, {**auth, "Content-Encoding": "gzip"})
+        assert status == 413 and b"65536-byte limit" in answer, answer
+        assert post(good, auth)[0] == 200
+        # the real exporter, with TLS and the token header as a user configures them
+        # (requests lets $REQUESTS_CA_BUNDLE / $CURL_CA_BUNDLE override the exporter's
+        # certificate_file: unset them so the test CA is the one used)
+        monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+        monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+        spans = looping_agent(
+            OTLPSpanExporter(
+                endpoint=proc.url + "/v1/traces",
+                certificate_file=str(ca),
+                headers={"Authorization": "Bearer s3cret"},
+            ),
+            "secured-sdk",
+            loops=2,
+        )
+        assert len(spans) == 5
+        with urllib.request.urlopen(proc.url + "/metrics", timeout=5, context=ctx) as resp:
+            metrics = resp.read().decode()
+        assert 'trajectory_otlp_rejected_total{reason="unauthenticated",signal="traces"} 2.0' in (
+            metrics
+        )
+        assert 'trajectory_otlp_rejected_total{reason="too_large",signal="traces"} 2.0' in metrics
+    finally:
+        assert proc.stop() == 0, proc.log_tail()
+    assert [e.type for e in session_events(settings, "secured")] == [
+        "session_start",
+        "tool_call",
+        "tool_result",
+    ]
+    assert len(session_events(settings, "secured-sdk")) == 1 + 2 * 3

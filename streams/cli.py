@@ -33,6 +33,7 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("snapshot", "snapshot", "create, list, show and restore snapshots of a session's state"),
     ("history", "history", "query detected patterns and assessments by session, tree and time"),
     ("topics", "topics", "list session topics; archive and delete idle ones (gc)"),
+    ("otlp", "otlp", "OTLP/HTTP receiver: OpenTelemetry agent traces/logs -> session topics"),
     ("acl", "acl", "tenants and credentials on a secured cluster: SCRAM users and Kafka ACLs"),
 )
 
@@ -50,6 +51,7 @@ SECURED_COMMANDS: frozenset[str] = frozenset(
         "history",
         "topics",
         "acl",
+        "otlp",
     }
 )
 

@@ -7,6 +7,8 @@ watermark at start) and writes every event:
   avro     an Avro object container file with the bundled TraceEvent schema
   jsonl    our JSON Lines form (what `trajectory analyze` / `publish` read)
   parquet  one row per event, Avro columns (needs pyarrow)
+  atif     Harbor's ATIF v1.8 trajectory JSON (sub-agent sessions embedded in their
+           parent's; several root sessions: one trajectory per line)
 
 Undecodable records are reported with topic/partition/offset (--strict: fail).
 
@@ -29,12 +31,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     add_read_arguments(parser)
     parser.add_argument(
-        "--format", required=True, choices=("avro", "jsonl", "parquet"), help="file format"
+        "--format", required=True, choices=("avro", "jsonl", "parquet", "atif"), help="file format"
     )
     parser.add_argument("--out", required=True, metavar="PATH", help="output file")
 
 
 def run(args: argparse.Namespace) -> int:
+    from streams.importers.atif import write_atif
     from streams.replay.cli_args import (
         counted,
         progress_bar,
@@ -47,7 +50,10 @@ def run(args: argparse.Namespace) -> int:
     reader = reader_from_args(args)
     began = time.monotonic()
     with progress_bar("export", reader.total, force=args.progress) as bar:
-        n = export_events(counted(reader, bar), args.out, args.format)
+        if args.format == "atif":
+            n = write_atif(counted(reader, bar), args.out)
+        else:
+            n = export_events(counted(reader, bar), args.out, args.format)
     elapsed = time.monotonic() - began
     report_failures(reader, "export")
     print(

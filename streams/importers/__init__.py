@@ -16,7 +16,8 @@ Formats (``FORMATS``):
 ``mini-swe-agent``  mini-swe-agent ``.traj.json`` (:mod:`.mini_swe_agent`)
 ``openhands``       OpenHands evaluation output JSONL (:mod:`.openhands`)
 ``openai-chat``     OpenAI chat with ``tool_calls`` / tau-bench runs (:mod:`.openai_chat`)
-``otlp``            OTLP/JSON spans, OpenTelemetry GenAI conventions (:mod:`.otlp`)
+``otlp``            OTLP/JSON spans and log events (GenAI, OpenInference, Claude Code, Codex)
+``atif``            Harbor's ATIF trajectories, v1.4-v1.8 (:mod:`.atif`)
 
 Each run's outcome (exit status, ``resolved`` — unknown at import unless the file
 says, as tau-bench's ``reward`` does —, cost and tokens) is recorded in its
@@ -34,7 +35,7 @@ from typing import Any
 from streams.core.errors import ImportFormatError, InvalidEventError
 from streams.core.events import AGENTV_EVENT_TYPES, EVENT_TYPES, TraceEvent
 from streams.core.jsonl import event_from_json, read_jsonl
-from streams.importers import mini_swe_agent, openai_chat, openhands, otlp, swe_agent
+from streams.importers import atif, mini_swe_agent, openai_chat, openhands, otlp, swe_agent
 from streams.importers._common import file_stem, read_text, sanitize_session_id
 
 FORMATS: tuple[str, ...] = (
@@ -45,6 +46,7 @@ FORMATS: tuple[str, ...] = (
     "openhands",
     "openai-chat",
     "otlp",
+    "atif",
 )
 
 
@@ -100,6 +102,8 @@ def _detect(parsed: _Parsed) -> str | None:
     if parsed.is_document:
         doc = parsed.doc
         if isinstance(doc, Mapping):
+            if atif.sniff(doc):
+                return "atif"
             if swe_agent.sniff(doc):
                 return "swe-agent"
             if mini_swe_agent.sniff(doc):
@@ -131,6 +135,8 @@ def _detect(parsed: _Parsed) -> str | None:
             return "openhands"
         if otlp.sniff(first):
             return "otlp"
+        if atif.sniff(first):
+            return "atif"
     return None
 
 
@@ -216,9 +222,11 @@ def read_events(path: str | Path, format: str = "auto") -> Iterator[TraceEvent]:
         for lineno, run in enumerate(runs, start=1):
             yield from openhands.read_run(run, p, lineno)
         return
-    if fmt == "otlp":
+    if fmt in ("otlp", "atif"):
+        if parsed.line_error:
+            raise ImportFormatError(str(p), f"format {fmt}: {parsed.line_error}")
         docs = [parsed.doc] if parsed.is_document else list(parsed.lines)
-        yield from otlp.read(docs, p)
+        yield from (otlp.read(docs, p) if fmt == "otlp" else atif.read(docs, p))
         return
     if not parsed.is_document:
         why = parsed.line_error or "it holds several JSON documents"

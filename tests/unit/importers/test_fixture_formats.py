@@ -27,6 +27,7 @@ CASES = {
     "openhands_small.jsonl": "openhands",
     "openai_chat_runs.json": "openai-chat",
     "otlp_genai.json": "otlp",
+    "atif_v18.json": "atif",
 }
 
 

@@ -18,11 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AlternatingCycle, AnalysisView, ToolCallRecord
 from streams.core.similarity import abbreviate
 
 
+@state_type("alternating_cycle.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class AlternatingCycleSnapshot:
     """Plain state of :class:`AlternatingCycleLogic`."""

@@ -21,10 +21,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ContextDegradation, ToolCallRecord
 
 
+@state_type("context_degradation.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ContextDegradationSnapshot:
     recent: tuple[ToolCallRecord, ...]

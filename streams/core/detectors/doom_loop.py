@@ -23,11 +23,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, DoomLoop, ToolCallRecord
 from streams.core.similarity import abbreviate, sequence_similarity
 
 
+@state_type("doom_loop.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class DoomLoopSnapshot:
     """Plain state of :class:`DoomLoopLogic`."""

@@ -18,12 +18,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Drift, ToolCallRecord
 
 _TASK_PATH = re.compile(r"[A-Za-z_][\w\-]*(?:[/.][\w\-]+){2,}")
 
 
+@state_type("drift.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class DriftSnapshot:
     scope: tuple[str, ...]

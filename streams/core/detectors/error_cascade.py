@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ErrorCascade
 from streams.core.similarity import is_generic_error
@@ -19,6 +20,7 @@ from streams.core.similarity import is_generic_error
 _MAX_SIGS = 16
 
 
+@state_type("error_cascade.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ErrorCascadeSnapshot:
     start_index: int

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Monologue
 from streams.core.similarity import abbreviate
@@ -43,6 +44,7 @@ def _similar(a: str, b: str, threshold: float) -> bool:
     return len(wa & wb) / len(wa | wb) >= threshold
 
 
+@state_type("monologue.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class MonologueSnapshot:
     """Plain state of :class:`MonologueLogic`."""

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ProgressStall, ToolCallRecord
 
@@ -54,6 +55,7 @@ _BUILD_VERBS: Final = frozenset(
 )
 
 
+@state_type("progress_stall.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ProgressStallSnapshot:
     seen: tuple[str, ...]

@@ -19,11 +19,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, RepeatedError, ToolCallRecord
 from streams.core.similarity import is_generic_error
 
 
+@state_type("repeated_error.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class RepeatedErrorSnapshot:
     ring: tuple[tuple[str | None, ToolCallRecord], ...]

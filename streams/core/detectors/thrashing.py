@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Thrashing, ToolCallRecord
 
@@ -23,6 +24,7 @@ _ACTING = frozenset({"write", "create", "delete", "exec", "other"})
 _RW = {"read": "rw", "write": "rw", "create": "rw"}
 
 
+@state_type("thrashing.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ThrashingSnapshot:
     ring: tuple[str | None, ...]

@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ToolAvoidance
 
 
+@state_type("tool_avoidance.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ToolAvoidanceSnapshot:
     alternatives: tuple[tuple[str, int], ...]

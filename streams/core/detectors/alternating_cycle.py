@@ -45,7 +45,9 @@ class AlternatingCycleDetector:
     def name(self) -> str:
         return "alternating_cycle"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> AlternatingCycleLogic:
+    def build(
+        self, analysis_config: Any, snapshot: AlternatingCycleSnapshot | None = None
+    ) -> AlternatingCycleLogic:
         if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int):
             raise ConfigError(
                 "alternating_cycle.repetitions", f"expected an integer, got {self.repetitions!r}"

@@ -42,7 +42,9 @@ class ContextDegradationDetector:
     def name(self) -> str:
         return "context_degradation"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ContextDegradationLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ContextDegradationSnapshot | None = None
+    ) -> ContextDegradationLogic:
         if self.window < 2 or self.min_symptoms < 1:
             raise ConfigError(
                 "context_degradation.window",

@@ -53,7 +53,9 @@ class ContextLoopDetector:
     def name(self) -> str:
         return "context_loop"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ContextLoopLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ContextLoopSnapshot | None = None
+    ) -> ContextLoopLogic:
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int):
             raise ConfigError(
                 "context_loop.threshold", f"expected an integer, got {self.threshold!r}"

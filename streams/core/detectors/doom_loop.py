@@ -56,7 +56,9 @@ class DoomLoopDetector:
     def name(self) -> str:
         return "doom_loop"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> DoomLoopLogic:
+    def build(
+        self, analysis_config: Any, snapshot: DoomLoopSnapshot | None = None
+    ) -> DoomLoopLogic:
         thr = self.threshold if self.threshold is not None else analysis_config.doom_loop_threshold
         min_len = (
             self.min_length if self.min_length is not None else analysis_config.doom_loop_min_length

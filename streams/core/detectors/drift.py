@@ -46,7 +46,7 @@ class DriftDetector:
     def name(self) -> str:
         return "drift"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> DriftLogic:
+    def build(self, analysis_config: Any, snapshot: DriftSnapshot | None = None) -> DriftLogic:
         if self.scope_paths < 1 or self.recent < 2 or not 0.0 < self.min_fraction <= 1.0:
             raise ConfigError(
                 "drift.min_fraction",

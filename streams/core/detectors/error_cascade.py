@@ -37,7 +37,9 @@ class ErrorCascadeDetector:
     def name(self) -> str:
         return "error_cascade"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ErrorCascadeLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ErrorCascadeSnapshot | None = None
+    ) -> ErrorCascadeLogic:
         if self.min_consecutive < 2:
             raise ConfigError(
                 "error_cascade.min_consecutive", f"must be >= 2, got {self.min_consecutive}"

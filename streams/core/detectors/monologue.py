@@ -66,7 +66,9 @@ class MonologueDetector:
     def name(self) -> str:
         return "monologue"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> MonologueLogic:
+    def build(
+        self, analysis_config: Any, snapshot: MonologueSnapshot | None = None
+    ) -> MonologueLogic:
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int):
             raise ConfigError("monologue.threshold", f"expected an integer, got {self.threshold!r}")
         if self.threshold < 2:

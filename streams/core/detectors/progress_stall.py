@@ -79,7 +79,9 @@ class ProgressStallDetector:
     def name(self) -> str:
         return "progress_stall"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ProgressStallLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ProgressStallSnapshot | None = None
+    ) -> ProgressStallLogic:
         n = (
             self.stall_threshold
             if self.stall_threshold is not None

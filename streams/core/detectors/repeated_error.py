@@ -44,7 +44,9 @@ class RepeatedErrorDetector:
     def name(self) -> str:
         return "repeated_error"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> RepeatedErrorLogic:
+    def build(
+        self, analysis_config: Any, snapshot: RepeatedErrorSnapshot | None = None
+    ) -> RepeatedErrorLogic:
         window = self.window if self.window is not None else analysis_config.error_window
         if self.min_count < 2:
             raise ConfigError("repeated_error.min_count", f"must be >= 2, got {self.min_count}")

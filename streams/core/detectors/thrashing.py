@@ -44,7 +44,9 @@ class ThrashingDetector:
     def name(self) -> str:
         return "thrashing"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ThrashingLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ThrashingSnapshot | None = None
+    ) -> ThrashingLogic:
         if not 2 <= self.same_tool_count <= self.same_tool_window:
             raise ConfigError(
                 "thrashing.same_tool_count",

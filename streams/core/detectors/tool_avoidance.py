@@ -34,7 +34,9 @@ class ToolAvoidanceDetector:
     def name(self) -> str:
         return "tool_avoidance"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ToolAvoidanceLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ToolAvoidanceSnapshot | None = None
+    ) -> ToolAvoidanceLogic:
         if self.min_suggestions < 1 or self.min_alternatives < 1:
             raise ConfigError(
                 "tool_avoidance.min_suggestions",

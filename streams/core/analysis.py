@@ -61,6 +61,7 @@ from importlib import metadata
 from itertools import islice
 from typing import Any, Final
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.events import META_TASK, JsonValue, TraceEvent
 from streams.core.patterns import (
@@ -191,6 +192,7 @@ def load_detector(spec: str) -> Any:
     return obj
 
 
+@state_type("analysis.pending_call/1")
 @dataclass(frozen=True, slots=True)
 class PendingCall:
     """A ``tool_call`` whose result has not arrived yet."""
@@ -202,6 +204,7 @@ class PendingCall:
     timestamp_ms: int
 
 
+@state_type("analysis.state/1")
 @dataclass(frozen=True, slots=True)
 class AnalysisState:
     """Everything a builder needs to resume: plain frozen values only."""

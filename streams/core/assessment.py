@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
+from streams.core.codec import state_type
+
 Severity: TypeAlias = Literal["info", "caution", "warning"]
 Trend: TypeAlias = Literal["escalating", "steady", "de-escalating"]
 TriggerKind: TypeAlias = Literal["event", "timer"]
@@ -42,6 +44,7 @@ def max_severity(*severities: Severity) -> Severity:
     return best
 
 
+@state_type("assessment.observation/1")
 @dataclass(frozen=True, slots=True)
 class Observation:
     """A single observation about the trajectory; ``evidence`` cites calls."""
@@ -51,6 +54,7 @@ class Observation:
     evidence: str | None = None
 
 
+@state_type("assessment/1")
 @dataclass(frozen=True, slots=True)
 class Assessment:
     """The structured output of one observer run.
@@ -97,6 +101,7 @@ class Assessment:
         return "\n".join(lines)
 
 
+@state_type("assessment.current/1")
 @dataclass(frozen=True, slots=True)
 class CurrentAssessment:
     """The latest assessments of one session, for prompt injection.
@@ -153,6 +158,7 @@ def severity_trend(previous: Severity | None, current: Severity) -> Trend:
     return "steady"
 
 
+@state_type("assessment.history/1")
 @dataclass(frozen=True, slots=True)
 class AssessmentHistory:
     """The last ``max_entries`` current assessments of a session, oldest first.

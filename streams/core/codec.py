@@ -13,7 +13,11 @@ for restore.  All of that needs one encoding that is
   NaN/infinity, non-``str`` dict keys, cycles and unknown objects are all
   rejected; nothing is ever dropped or stringified behind the caller's back;
 * **exact** — frozen dataclasses carry a type tag so :func:`decode_state`
-  rebuilds the very same values, and ``encode(decode(encode(s))) == encode(s)``.
+  rebuilds the very same values, and ``encode(decode(encode(s))) == encode(s)``;
+* **stable** — a type tag is a name and a version registered for the class
+  (``@state_type("repeated_error.snapshot/1")``), not its Python module path, so
+  moving or renaming a module does not break the worker's changelogs and
+  snapshot topics.
 
 Wire form of non-JSON shapes (JSON itself has only objects and arrays):
 
@@ -23,14 +27,27 @@ Python value               JSON
 ``tuple``                  array
 ``list``                   ``{"!list": [...]}``
 ``dict`` (str keys)        object; ``{"!dict": {...}}`` if a key starts "!"
-frozen dataclass           ``{"!t": "module:QualName", "!f": {fields}}``
+frozen dataclass           ``{"!t": "name/version", "!f": {fields}}``
 ``datetime.timedelta``     ``{"!td": [days, seconds, microseconds]}``
 =========================  ===============================================
 
-Only dataclasses defined in ``streams.core.*`` modules are decoded (the tag is
-resolved by importing that module and checking the class is a frozen
-dataclass), so state bytes can never make the decoder construct arbitrary
-objects.
+**State types.**  Only registered frozen dataclasses are encoded and decoded:
+:func:`state_type` (a class decorator) or :func:`register_state_type` ties a
+class to its tag, ``name/version`` (lower-case dotted name, positive version).
+Encoding an unregistered dataclass raises :class:`UnserializableError` naming
+the path, and bytes can never make the decoder construct anything but a
+registered class.  Invariants: one tag per class and one class per tag; a
+tag, once written to a topic, is never re-used for other fields.  When a
+class's fields change so that old records no longer construct it, give it the
+next version (``x/2``) and keep reading the old one with ``aliases=("x/1",)`` on
+a class whose constructor still accepts the old fields.
+
+**Old states.**  States written before stable tags (module-path tags such as
+``streams.core.detectors.repeated_error:RepeatedErrorSnapshot``, in both the
+plain and the compressed form) still decode: :data:`LEGACY_TAGS` maps every
+module-path tag that version could write to its stable tag, as a literal table
+that does not follow later module moves.  Re-encoding writes the stable tags.
+The golden bytes in ``tests/fixtures/state/`` hold such states.
 """
 
 from __future__ import annotations
@@ -39,10 +56,12 @@ import dataclasses
 import importlib
 import json
 import math
+import re
 import zlib
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
-from typing import Any, Final, cast
+from types import MappingProxyType
+from typing import Any, Final, TypeVar, cast
 
 from streams.core.errors import StateDecodeError, UnserializableError
 
@@ -55,9 +74,16 @@ _FIELDS: Final = "!f"
 _LIST: Final = "!list"
 _DICT: Final = "!dict"
 _TD: Final = "!td"
-_ALLOWED_MODULE_PREFIX: Final = "streams.core."
 
 _SCALARS: Final = (str, int, bool, type(None))
+
+#: Per dataclass: (tag, field names), or the error (path suffix, message) it raises.
+_CLASS_INFO: dict[type[Any], tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]] = {}
+#: Per dataclass the fast writer handles: ((field name, key text), ...) in sorted
+#: field order, the first key text opening the record; and the closing text.
+_FRAG_CLASS: dict[type[Any], tuple[tuple[tuple[str, str], ...], str]] = {}
+#: tag (stable, alias or legacy) -> class, for the decoder's fast path.
+_CLASS_CACHE: dict[str, type[Any]] = {}
 
 #: First byte of a compressed state value.  Canonical JSON always starts with
 #: ``{``, so one byte tells the two forms apart and both decode.
@@ -65,6 +91,158 @@ _DEFLATED: Final = b"\x00"
 #: zlib level of compressed states: level 1 already shrinks a session
 #: state ~10x (54 -> 5 KiB mean, bench_codec.py) in ~0.14 ms; higher levels cost more.
 _DEFLATE_LEVEL: Final = 1
+
+
+# ------------------------------------------------------------------ state types
+
+_T = TypeVar("_T")
+
+#: ``name/version``: a lower-case dotted name (``repeated_error.snapshot``) and
+#: a positive version without leading zeros.
+_TAG_RE: Final = re.compile(r"[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)*/[1-9][0-9]*")
+
+#: stable tag (and alias) -> class; what the decoder may construct.
+_TYPES: dict[str, type[Any]] = {}
+#: class -> the tag it is written with.
+_TAG_OF: dict[type[Any], str] = {}
+
+#: The module-path tags written before stable tags (commit ef662b0 and older),
+#: mapped to the stable tags of the same classes.  A literal table: it must not
+#: follow later module moves, it describes bytes already stored in topics.
+LEGACY_TAGS: Final[Mapping[str, str]] = MappingProxyType(
+    {
+        "streams.core.analysis:AnalysisState": "analysis.state/1",
+        "streams.core.analysis:PendingCall": "analysis.pending_call/1",
+        "streams.core.assessment:Assessment": "assessment/1",
+        "streams.core.assessment:AssessmentHistory": "assessment.history/1",
+        "streams.core.assessment:CurrentAssessment": "assessment.current/1",
+        "streams.core.assessment:Observation": "assessment.observation/1",
+        "streams.core.detectors.alternating_cycle:AlternatingCycleSnapshot": (
+            "alternating_cycle.snapshot/1"
+        ),
+        "streams.core.detectors.context_degradation:ContextDegradationSnapshot": (
+            "context_degradation.snapshot/1"
+        ),
+        "streams.core.detectors.context_loop:ContextLoopSnapshot": "context_loop.snapshot/1",
+        "streams.core.detectors.doom_loop:DoomLoopSnapshot": "doom_loop.snapshot/1",
+        "streams.core.detectors.drift:DriftSnapshot": "drift.snapshot/1",
+        "streams.core.detectors.error_cascade:ErrorCascadeSnapshot": "error_cascade.snapshot/1",
+        "streams.core.detectors.monologue:MonologueSnapshot": "monologue.snapshot/1",
+        "streams.core.detectors.progress_stall:ProgressStallSnapshot": (
+            "progress_stall.snapshot/1"
+        ),
+        "streams.core.detectors.repeated_error:RepeatedErrorSnapshot": (
+            "repeated_error.snapshot/1"
+        ),
+        "streams.core.detectors.thrashing:ThrashingSnapshot": "thrashing.snapshot/1",
+        "streams.core.detectors.tool_avoidance:ToolAvoidanceSnapshot": (
+            "tool_avoidance.snapshot/1"
+        ),
+        "streams.core.engine:EngineOutput": "engine.output/1",
+        "streams.core.engine:PatternDetection": "engine.pattern_detection/1",
+        "streams.core.engine:SessionState": "engine.session_state/1",
+        "streams.core.events:Budget": "events.budget/1",
+        "streams.core.observers:ObserverState": "observers.observer_state/1",
+        "streams.core.patterns:AlternatingCycle": "pattern.alternating_cycle/1",
+        "streams.core.patterns:ContextDegradation": "pattern.context_degradation/1",
+        "streams.core.patterns:ContextLoop": "pattern.context_loop/1",
+        "streams.core.patterns:DoomLoop": "pattern.doom_loop/1",
+        "streams.core.patterns:Drift": "pattern.drift/1",
+        "streams.core.patterns:ErrorCascade": "pattern.error_cascade/1",
+        "streams.core.patterns:FileChurn": "pattern.file_churn/1",
+        "streams.core.patterns:Monologue": "pattern.monologue/1",
+        "streams.core.patterns:ProgressStall": "pattern.progress_stall/1",
+        "streams.core.patterns:RepeatedError": "pattern.repeated_error/1",
+        "streams.core.patterns:Thrashing": "pattern.thrashing/1",
+        "streams.core.patterns:ToolAvoidance": "pattern.tool_avoidance/1",
+        "streams.core.patterns:ToolCallRecord": "tool_call_record/1",
+        "streams.core.patterns:TrajectoryPattern": "pattern/1",
+    }
+)
+
+#: Modules whose import registers every built-in state type (imported before a
+#: decode, so a tag is never unknown only because its module was not loaded yet).
+_BUILTIN_TYPE_MODULES: Final = (
+    "streams.core.engine",
+    "streams.core.analysis",
+    "streams.core.detectors",
+)
+_builtins_loaded = False
+
+
+def _check_tag(tag: object, what: str) -> str:
+    if not isinstance(tag, str) or not _TAG_RE.fullmatch(tag):
+        raise ValueError(
+            f"{what} {tag!r} is not a state type tag: use 'name/version', a lower-case "
+            "dotted name and a positive version, e.g. 'repeated_error.snapshot/1'"
+        )
+    return tag
+
+
+def register_state_type(cls: type[Any], tag: str, *, aliases: Iterable[str] = ()) -> None:
+    """Make frozen dataclass ``cls`` encodable as ``tag`` and decodable from
+    ``tag`` and each of ``aliases`` (older versions it still reads).
+
+    Registering the same class with the same tag again is a no-op (a module
+    reload); any other clash raises ValueError naming both classes.
+    """
+    params = getattr(cls, "__dataclass_params__", None)
+    if not isinstance(cls, type) or params is None or not params.frozen:
+        raise TypeError(
+            f"state type {tag!r}: {getattr(cls, '__qualname__', cls)!r} is not a frozen "
+            "dataclass; state values must be immutable (@dataclass(frozen=True))"
+        )
+    names = [_check_tag(tag, "tag"), *(_check_tag(a, "alias") for a in aliases)]
+    current = _TAG_OF.get(cls)
+    if current is not None and current != tag:
+        raise ValueError(
+            f"{cls.__qualname__} is already registered as {current!r}, not {tag!r}: "
+            "a class has one tag (register older versions as aliases)"
+        )
+    for name in names:
+        other = _TYPES.get(name)
+        if other is not None and other is not cls:
+            raise ValueError(
+                f"state type tag {name!r} is taken by {other.__module__}.{other.__qualname__}; "
+                f"pick another name for {cls.__module__}.{cls.__qualname__}"
+            )
+    for name in names:
+        _TYPES[name] = cls
+        _CLASS_CACHE[name] = cls
+    _TAG_OF[cls] = tag
+    _CLASS_INFO.pop(cls, None)  # an earlier "not registered" answer is stale
+    _FRAG_CLASS.pop(cls, None)
+
+
+def state_type(tag: str, *, aliases: Iterable[str] = ()) -> Callable[[type[_T]], type[_T]]:
+    """Class decorator: ``@state_type("repeated_error.snapshot/1")`` above
+    ``@dataclass(frozen=True)`` (see :func:`register_state_type`)."""
+    aliases = tuple(aliases)
+
+    def register(cls: type[_T]) -> type[_T]:
+        register_state_type(cls, tag, aliases=aliases)
+        return cls
+
+    return register
+
+
+def state_tag(cls: type[Any]) -> str | None:
+    """The tag ``cls`` is written with, or None if it is no registered state type."""
+    return _TAG_OF.get(cls)
+
+
+def state_types() -> Mapping[str, type[Any]]:
+    """Every tag the decoder reads (stable tags and aliases) and its class."""
+    _load_builtin_types()
+    return MappingProxyType(dict(_TYPES))
+
+
+def _load_builtin_types() -> None:
+    global _builtins_loaded
+    if not _builtins_loaded:
+        for name in _BUILTIN_TYPE_MODULES:
+            importlib.import_module(name)
+        _builtins_loaded = True
 
 
 def _child(path: str, key: str) -> str:
@@ -138,10 +316,6 @@ def _to_plain(value: object, path: str, active: set[int]) -> Any:
     )
 
 
-#: Per dataclass: (tag, field names), or the error (path suffix, message) it raises.
-_CLASS_INFO: dict[type[Any], tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]] = {}
-
-
 def _class_info(cls: type[Any]) -> tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]:
     info = _CLASS_INFO.get(cls)
     if info is not None:
@@ -153,10 +327,14 @@ def _class_info(cls: type[Any]) -> tuple[str, tuple[str, ...]] | tuple[None, tup
             None,
             ("", f"dataclass {cls.__qualname__} is not frozen; state values must be immutable"),
         )
-    elif "<locals>" in cls.__qualname__:
+    elif (tag := _TAG_OF.get(cls)) is None:
         result = (
             None,
-            ("", f"dataclass {cls.__qualname__} is local to a function; it cannot be decoded"),
+            (
+                "",
+                f"dataclass {cls.__module__}.{cls.__qualname__} is no registered state type; "
+                "give it a stable tag with @state_type('name/1') from streams.core.codec",
+            ),
         )
     else:
         bad = [f.name for f in dataclasses.fields(cls) if not f.init]
@@ -164,7 +342,7 @@ def _class_info(cls: type[Any]) -> tuple[str, tuple[str, ...]] | tuple[None, tup
             result = (None, (f".{bad[0]}", "init=False field cannot be reconstructed"))
         else:
             names = tuple(f.name for f in dataclasses.fields(cls))
-            result = (f"{cls.__module__}:{cls.__qualname__}", names)
+            result = (tag, names)
     _CLASS_INFO[cls] = result
     return result
 
@@ -266,10 +444,6 @@ def _on_probation(ident: int, value: object) -> None:
     if len(_probation) > _PROBATION_LIMIT:
         _probation = {}
 
-
-#: Per dataclass the fast writer handles: ((field name, key text), ...) in sorted
-#: field order, the first key text opening the record; and the closing text.
-_FRAG_CLASS: dict[type[Any], tuple[tuple[tuple[str, str], ...], str]] = {}
 
 _encode_str: Final = json.encoder.encode_basestring
 _isfinite: Final = math.isfinite
@@ -533,8 +707,6 @@ def to_canonical(value: object, root: str = "state") -> bytes:
 
 # --------------------------------------------------------------------------- decode
 
-_CLASS_CACHE: dict[str, type[Any]] = {}
-
 
 def _resolve(tag: object, path: str) -> type[Any]:
     if not isinstance(tag, str):
@@ -542,22 +714,20 @@ def _resolve(tag: object, path: str) -> type[Any]:
     cached = _CLASS_CACHE.get(tag)
     if cached is not None:
         return cached
-    module_name, sep, qualname = tag.partition(":")
-    if not sep or not module_name.startswith(_ALLOWED_MODULE_PREFIX):
-        raise StateDecodeError(f"{path}: type tag {tag!r} is not a streams.core dataclass")
-    try:
-        obj: Any = importlib.import_module(module_name)
-        for part in qualname.split("."):
-            obj = getattr(obj, part)
-    except (ImportError, AttributeError) as exc:
+    _load_builtin_types()
+    cls = _TYPES.get(tag)
+    if cls is None:
+        stable = LEGACY_TAGS.get(tag)
+        if stable is not None:
+            cls = _TYPES.get(stable)
+    if cls is None:
         raise StateDecodeError(
-            f"{path}: unknown type {tag!r} (state from another version?)"
-        ) from exc
-    params = getattr(obj, "__dataclass_params__", None)
-    if not isinstance(obj, type) or params is None or not params.frozen:
-        raise StateDecodeError(f"{path}: {tag!r} is not a frozen dataclass")
-    _CLASS_CACHE[tag] = obj
-    return obj
+            f"{path}: unknown type tag {tag!r} (state from another version, or a plugin "
+            "whose state types are not registered?); rebuild the state by replaying the "
+            "session's events"
+        )
+    _CLASS_CACHE[tag] = cls
+    return cls
 
 
 def _from_plain(value: Any, path: str) -> Any:
@@ -623,6 +793,7 @@ def _fast_from_plain(value: Any) -> Any:
 
 
 def _decode_plain(plain: Any, root: str) -> Any:
+    _load_builtin_types()
     try:
         return _fast_from_plain(plain)
     except _Slow:
@@ -704,10 +875,15 @@ def decode_state(data: bytes) -> Any:
 
 
 __all__ = [
+    "LEGACY_TAGS",
     "STATE_FORMAT",
     "STATE_VERSION",
     "decode_state",
     "encode_state",
     "from_canonical",
+    "register_state_type",
+    "state_tag",
+    "state_type",
+    "state_types",
     "to_canonical",
 ]

@@ -50,6 +50,7 @@ from streams.core.assessment import (
     TriggerKind,
     severity_trend,
 )
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError, InvalidEventError
 from streams.core.events import META_OBSERVER_PROFILE, META_SNAPSHOT_ID, Budget, TraceEvent
 from streams.core.observers import (
@@ -94,6 +95,7 @@ def _default_factory() -> BuilderFactory:
     return factory
 
 
+@state_type("engine.pattern_detection/1")
 @dataclass(frozen=True, slots=True)
 class PatternDetection:
     """A pattern that fired on one event of one session (``<prefix>.patterns``)."""
@@ -105,6 +107,7 @@ class PatternDetection:
     pattern: TrajectoryPattern
 
 
+@state_type("engine.output/1")
 @dataclass(frozen=True, slots=True)
 class EngineOutput:
     """What one event produced; ``applied`` is False for duplicates."""
@@ -114,6 +117,7 @@ class EngineOutput:
     assessment: CurrentAssessment | None = None
 
 
+@state_type("engine.session_state/1")
 @dataclass(frozen=True, slots=True)
 class SessionState:
     """Everything needed to resume a session's engine: plain frozen values only.

@@ -26,6 +26,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
+from streams.core.codec import state_type
+
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
 
 EventType: TypeAlias = Literal[
@@ -67,6 +69,7 @@ META_INPUT_TRUNCATED: Final = "input_truncated"  # "true" when input was size-ca
 META_OUTPUT_TRUNCATED: Final = "output_truncated"
 
 
+@state_type("events.budget/1")
 @dataclass(frozen=True, slots=True)
 class Budget:
     """Resource constraints of a session, as set by its last ``budget`` event.

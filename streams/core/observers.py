@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from streams.core.assessment import Assessment, AssessmentHistory
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.events import Budget
 
@@ -116,6 +117,7 @@ class ObserverTrigger:
         )
 
 
+@state_type("observers.observer_state/1")
 @dataclass(frozen=True, slots=True)
 class ObserverState:
     """Per-observer execution counters (the specification's slice, in event ms)."""

@@ -31,10 +31,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
+from streams.core.codec import state_type
 from streams.core.events import JsonValue
 from streams.core.similarity import ActionKind
 
 
+@state_type("tool_call_record/1")
 @dataclass(frozen=True, slots=True)
 class ToolCallRecord:
     """One completed tool call (see the architecture contract).
@@ -68,6 +70,7 @@ class ToolCallRecord:
         return f"#{self.call_index} {self.tool_name}({self.params_summary})"
 
 
+@state_type("pattern/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrajectoryPattern:
     """Base of every detected pattern (see the module invariants)."""
@@ -90,6 +93,7 @@ class TrajectoryPattern:
         return datetime.fromtimestamp(self.first_seen_ms / 1000, tz=UTC)
 
 
+@state_type("pattern.doom_loop/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DoomLoop(TrajectoryPattern):
     """The same cycle of actions repeated: the agent is going in circles."""
@@ -106,6 +110,7 @@ class DoomLoop(TrajectoryPattern):
         return self.signature or "|".join(self.cycle_actions)
 
 
+@state_type("pattern.repeated_error/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RepeatedError(TrajectoryPattern):
     """The same (normalized) error keeps coming back within the error window."""
@@ -120,6 +125,7 @@ class RepeatedError(TrajectoryPattern):
         return self.error_signature
 
 
+@state_type("pattern.progress_stall/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProgressStall(TrajectoryPattern):
     """No progress signal (success, new file, passing test, ...) for a while."""
@@ -135,6 +141,7 @@ class ProgressStall(TrajectoryPattern):
         return f"{self.reason}@{self.stall_start_index}"
 
 
+@state_type("pattern.tool_avoidance/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolAvoidance(TrajectoryPattern):
     """A tool the session's own assessments suggested keeps not being used."""
@@ -149,6 +156,7 @@ class ToolAvoidance(TrajectoryPattern):
         return self.avoided_tool
 
 
+@state_type("pattern.context_degradation/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextDegradation(TrajectoryPattern):
     """Signs the agent lost track of its context (re-reads, repeats, contradictions)."""
@@ -161,6 +169,7 @@ class ContextDegradation(TrajectoryPattern):
         return "|".join(sorted({s.split(":", 1)[0] for s in self.symptoms}))
 
 
+@state_type("pattern.error_cascade/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorCascade(TrajectoryPattern):
     """Consecutive failures; ``dominant_signature`` names a systemic cause if any."""
@@ -177,6 +186,7 @@ class ErrorCascade(TrajectoryPattern):
         return str(self.start_index)
 
 
+@state_type("pattern.thrashing/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Thrashing(TrajectoryPattern):
     """Same tool over and over, or read→write→read→write alternation."""
@@ -191,6 +201,7 @@ class Thrashing(TrajectoryPattern):
         return f"{self.mode}:{self.subject}"
 
 
+@state_type("pattern.drift/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Drift(TrajectoryPattern):
     """Most recent activity is on paths unrelated to the task's initial scope."""
@@ -205,6 +216,7 @@ class Drift(TrajectoryPattern):
         return "drift"
 
 
+@state_type("pattern.file_churn/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FileChurn(TrajectoryPattern):
     """One file modified again and again in a short window (plugin example)."""
@@ -218,6 +230,7 @@ class FileChurn(TrajectoryPattern):
         return self.churned_file
 
 
+@state_type("pattern.monologue/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Monologue(TrajectoryPattern):
     """The agent said the same (or nearly the same) thing again and again with no
@@ -232,6 +245,7 @@ class Monologue(TrajectoryPattern):
         return "monologue"
 
 
+@state_type("pattern.context_loop/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextLoop(TrajectoryPattern):
     """Context-window errors or condensations keep coming with no progress between them."""
@@ -246,6 +260,7 @@ class ContextLoop(TrajectoryPattern):
         return f"context@{self.start_index}"
 
 
+@state_type("pattern.alternating_cycle/1")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlternatingCycle(TrajectoryPattern):
     """Two different actions alternating A-B-A-B with near-identical arguments

@@ -18,11 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AlternatingCycle, AnalysisView, ToolCallRecord
 from streams.core.similarity import abbreviate
 
 
+@state_type("alternating_cycle.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class AlternatingCycleSnapshot:
     """Plain state of :class:`AlternatingCycleLogic`."""
@@ -43,7 +45,9 @@ class AlternatingCycleDetector:
     def name(self) -> str:
         return "alternating_cycle"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> AlternatingCycleLogic:
+    def build(
+        self, analysis_config: Any, snapshot: AlternatingCycleSnapshot | None = None
+    ) -> AlternatingCycleLogic:
         if isinstance(self.repetitions, bool) or not isinstance(self.repetitions, int):
             raise ConfigError(
                 "alternating_cycle.repetitions", f"expected an integer, got {self.repetitions!r}"

@@ -21,10 +21,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ContextDegradation, ToolCallRecord
 
 
+@state_type("context_degradation.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ContextDegradationSnapshot:
     recent: tuple[ToolCallRecord, ...]
@@ -40,7 +42,9 @@ class ContextDegradationDetector:
     def name(self) -> str:
         return "context_degradation"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ContextDegradationLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ContextDegradationSnapshot | None = None
+    ) -> ContextDegradationLogic:
         if self.window < 2 or self.min_symptoms < 1:
             raise ConfigError(
                 "context_degradation.window",

@@ -21,6 +21,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ContextLoop
 
@@ -32,6 +33,7 @@ CONTEXT_ERROR: Final = re.compile(
 CONDENSATION_TOOLS: Final = frozenset({"condensation", "condense", "context_condensation"})
 
 
+@state_type("context_loop.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ContextLoopSnapshot:
     """Plain state of :class:`ContextLoopLogic`."""
@@ -51,7 +53,9 @@ class ContextLoopDetector:
     def name(self) -> str:
         return "context_loop"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ContextLoopLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ContextLoopSnapshot | None = None
+    ) -> ContextLoopLogic:
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int):
             raise ConfigError(
                 "context_loop.threshold", f"expected an integer, got {self.threshold!r}"

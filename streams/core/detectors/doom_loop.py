@@ -23,11 +23,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, DoomLoop, ToolCallRecord
 from streams.core.similarity import abbreviate, sequence_similarity
 
 
+@state_type("doom_loop.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class DoomLoopSnapshot:
     """Plain state of :class:`DoomLoopLogic`."""
@@ -54,7 +56,9 @@ class DoomLoopDetector:
     def name(self) -> str:
         return "doom_loop"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> DoomLoopLogic:
+    def build(
+        self, analysis_config: Any, snapshot: DoomLoopSnapshot | None = None
+    ) -> DoomLoopLogic:
         thr = self.threshold if self.threshold is not None else analysis_config.doom_loop_threshold
         min_len = (
             self.min_length if self.min_length is not None else analysis_config.doom_loop_min_length

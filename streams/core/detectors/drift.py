@@ -18,12 +18,14 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Drift, ToolCallRecord
 
 _TASK_PATH = re.compile(r"[A-Za-z_][\w\-]*(?:[/.][\w\-]+){2,}")
 
 
+@state_type("drift.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class DriftSnapshot:
     scope: tuple[str, ...]
@@ -44,7 +46,7 @@ class DriftDetector:
     def name(self) -> str:
         return "drift"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> DriftLogic:
+    def build(self, analysis_config: Any, snapshot: DriftSnapshot | None = None) -> DriftLogic:
         if self.scope_paths < 1 or self.recent < 2 or not 0.0 < self.min_fraction <= 1.0:
             raise ConfigError(
                 "drift.min_fraction",

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ErrorCascade
 from streams.core.similarity import is_generic_error
@@ -19,6 +20,7 @@ from streams.core.similarity import is_generic_error
 _MAX_SIGS = 16
 
 
+@state_type("error_cascade.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ErrorCascadeSnapshot:
     start_index: int
@@ -35,7 +37,9 @@ class ErrorCascadeDetector:
     def name(self) -> str:
         return "error_cascade"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ErrorCascadeLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ErrorCascadeSnapshot | None = None
+    ) -> ErrorCascadeLogic:
         if self.min_consecutive < 2:
             raise ConfigError(
                 "error_cascade.min_consecutive", f"must be >= 2, got {self.min_consecutive}"

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Monologue
 from streams.core.similarity import abbreviate
@@ -43,6 +44,7 @@ def _similar(a: str, b: str, threshold: float) -> bool:
     return len(wa & wb) / len(wa | wb) >= threshold
 
 
+@state_type("monologue.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class MonologueSnapshot:
     """Plain state of :class:`MonologueLogic`."""
@@ -64,7 +66,9 @@ class MonologueDetector:
     def name(self) -> str:
         return "monologue"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> MonologueLogic:
+    def build(
+        self, analysis_config: Any, snapshot: MonologueSnapshot | None = None
+    ) -> MonologueLogic:
         if isinstance(self.threshold, bool) or not isinstance(self.threshold, int):
             raise ConfigError("monologue.threshold", f"expected an integer, got {self.threshold!r}")
         if self.threshold < 2:

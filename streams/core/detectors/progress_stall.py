@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ProgressStall, ToolCallRecord
 
@@ -54,6 +55,7 @@ _BUILD_VERBS: Final = frozenset(
 )
 
 
+@state_type("progress_stall.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ProgressStallSnapshot:
     seen: tuple[str, ...]
@@ -77,7 +79,9 @@ class ProgressStallDetector:
     def name(self) -> str:
         return "progress_stall"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ProgressStallLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ProgressStallSnapshot | None = None
+    ) -> ProgressStallLogic:
         n = (
             self.stall_threshold
             if self.stall_threshold is not None

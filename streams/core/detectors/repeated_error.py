@@ -19,11 +19,13 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, RepeatedError, ToolCallRecord
 from streams.core.similarity import is_generic_error
 
 
+@state_type("repeated_error.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class RepeatedErrorSnapshot:
     ring: tuple[tuple[str | None, ToolCallRecord], ...]
@@ -42,7 +44,9 @@ class RepeatedErrorDetector:
     def name(self) -> str:
         return "repeated_error"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> RepeatedErrorLogic:
+    def build(
+        self, analysis_config: Any, snapshot: RepeatedErrorSnapshot | None = None
+    ) -> RepeatedErrorLogic:
         window = self.window if self.window is not None else analysis_config.error_window
         if self.min_count < 2:
             raise ConfigError("repeated_error.min_count", f"must be >= 2, got {self.min_count}")

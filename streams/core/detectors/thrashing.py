@@ -16,6 +16,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Thrashing, ToolCallRecord
 
@@ -23,6 +24,7 @@ _ACTING = frozenset({"write", "create", "delete", "exec", "other"})
 _RW = {"read": "rw", "write": "rw", "create": "rw"}
 
 
+@state_type("thrashing.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ThrashingSnapshot:
     ring: tuple[str | None, ...]
@@ -42,7 +44,9 @@ class ThrashingDetector:
     def name(self) -> str:
         return "thrashing"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ThrashingLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ThrashingSnapshot | None = None
+    ) -> ThrashingLogic:
         if not 2 <= self.same_tool_count <= self.same_tool_window:
             raise ConfigError(
                 "thrashing.same_tool_count",

@@ -13,10 +13,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ToolAvoidance
 
 
+@state_type("tool_avoidance.snapshot/1")
 @dataclass(frozen=True, slots=True)
 class ToolAvoidanceSnapshot:
     alternatives: tuple[tuple[str, int], ...]
@@ -32,7 +34,9 @@ class ToolAvoidanceDetector:
     def name(self) -> str:
         return "tool_avoidance"
 
-    def build(self, analysis_config: Any, snapshot: Any = None) -> ToolAvoidanceLogic:
+    def build(
+        self, analysis_config: Any, snapshot: ToolAvoidanceSnapshot | None = None
+    ) -> ToolAvoidanceLogic:
         if self.min_suggestions < 1 or self.min_alternatives < 1:
             raise ConfigError(
                 "tool_avoidance.min_suggestions",

@@ -20,6 +20,7 @@ from streams.core.codec import (
     decode_state,
     encode_state,
     from_canonical,
+    state_type,
     to_canonical,
 )
 from streams.core.engine import SessionState
@@ -47,7 +48,7 @@ def test_canonical_form_sorted_compact_utf8() -> None:
 def test_dataclass_is_tagged() -> None:
     out = json.loads(to_canonical(Budget(max_tokens=5)))
     assert out == {
-        "!t": "streams.core.events:Budget",
+        "!t": "events.budget/1",
         "!f": {"deadline_ms": None, "max_tokens": 5, "tokens_used": None, "max_tool_calls": None},
     }
 
@@ -184,19 +185,27 @@ def test_compressed_state_decodes_to_the_same_value_and_is_smaller() -> None:
         ),
         (
             b'{"format":"trajectory-session-state","version":1,"state":{"!t":"os:system","!f":{}}}',
-            "not a streams.core dataclass",
+            "unknown type tag 'os:system'",
         ),
         (
             b'{"format":"trajectory-session-state","version":1,"state":{"!t":"streams.core.nope:X","!f":{}}}',
-            "unknown type",
+            "unknown type tag",
         ),
         (
             b'{"format":"trajectory-session-state","version":1,"state":{"!t":"streams.core.codec:to_canonical","!f":{}}}',
-            "not a frozen dataclass",
+            "unknown type tag",
         ),
         (
             b'{"format":"trajectory-session-state","version":1,"state":{"!t":"streams.core.events:Budget","!f":{"bogus":1}}}',
             "cannot rebuild",
+        ),
+        (
+            b'{"format":"trajectory-session-state","version":1,"state":{"!t":"events.budget/1","!f":{"bogus":1}}}',
+            "cannot rebuild",
+        ),
+        (
+            b'{"format":"trajectory-session-state","version":1,"state":{"!t":"events.budget/9","!f":{}}}',
+            "unknown type tag 'events.budget/9'",
         ),
         (
             b'{"format":"trajectory-session-state","version":1,"state":{"!zz":1}}',
@@ -370,12 +379,14 @@ def _fresh_fragment_cache() -> Any:
     codec.clear_fragment_cache()
 
 
+@state_type("test.leaf/1")
 @dataclass(frozen=True)
 class Leaf:
     a: Any = None
     b: Any = None
 
 
+@state_type("test.node/1")
 @dataclass(frozen=True, slots=True)
 class Node:
     z_last: Any
@@ -383,6 +394,7 @@ class Node:
     right: Any = None
 
 
+@state_type("test.empty/1")
 @dataclass(frozen=True)
 class Empty:
     pass
@@ -651,7 +663,7 @@ def test_a_live_cached_object_is_served_from_the_cache() -> None:
     leaf = Leaf("x", 1)
     outer = {"leaf": leaf}
     before = to_canonical(outer)
-    assert codec._frag_new[id(leaf)] == (leaf, '{"!f":{"a":"x","b":1},"!t":"test_codec:Leaf"}')
+    assert codec._frag_new[id(leaf)] == (leaf, '{"!f":{"a":"x","b":1},"!t":"test.leaf/1"}')
     # plant a marker in the entry: the next encode must use it verbatim
     codec._frag_new[id(leaf)] = (leaf, '"FROM-CACHE"')
     assert to_canonical(outer) == b'{"leaf":"FROM-CACHE"}'
@@ -701,7 +713,7 @@ def test_deeply_immutable_records_are_cached_whole_others_around_their_dicts() -
     assert [name for name, _ in rest] == ["b"]
     assert codec._frag_new[id(imm.b[0])] == (
         imm.b[0],
-        '{"!f":{"a":"a","b":null},"!t":"test_codec:Leaf"}',
+        '{"!f":{"a":"a","b":null},"!t":"test.leaf/1"}',
     )
     # the inner tuple is not cached on its own (tuples are usually rebuilt)
     assert id(imm.b) not in codec._frag_new
@@ -802,3 +814,63 @@ def test_records_holding_records_are_cached_when_met_again(
         to_canonical(node)
         to_canonical(node)
     assert all(codec._frag_new[id(x)][0] is x for x in nodes[:3])
+
+
+# ------------------------------------------------------- (d) stable state type tags
+
+
+def test_unregistered_dataclass_is_refused_naming_the_path() -> None:
+    @dataclass(frozen=True)
+    class Unregistered:
+        x: int = 1
+
+    with pytest.raises(UnserializableError) as info:
+        to_canonical({"a": (1, Unregistered())})
+    assert info.value.field == "state.a[1]"
+    assert "no registered state type" in str(info.value) and "@state_type" in str(info.value)
+
+
+def test_registration_rules() -> None:
+    from streams.core.codec import register_state_type, state_tag
+
+    @dataclass(frozen=True)
+    class V1:
+        x: int = 0
+
+    @dataclass(frozen=True)
+    class Other:
+        x: int = 0
+
+    register_state_type(V1, "test.versioned/2", aliases=("test.versioned/1",))
+    register_state_type(V1, "test.versioned/2")  # again, same tag: a no-op
+    assert state_tag(V1) == "test.versioned/2" and state_tag(Other) is None
+    assert json.loads(to_canonical(V1(3)))["!t"] == "test.versioned/2"
+    assert from_canonical(b'{"!t":"test.versioned/1","!f":{"x":4}}') == V1(4)  # the alias
+    with pytest.raises(ValueError, match="taken by"):
+        register_state_type(Other, "test.versioned/1")
+    with pytest.raises(ValueError, match=r"already registered as 'test\.versioned/2'"):
+        register_state_type(V1, "test.versioned/3")
+    for bad in ("Test.x/1", "x", "x/0", "x/01", "x.y:Z/1", "streams.core.events:Budget"):
+        with pytest.raises(ValueError, match="not a state type tag"):
+            register_state_type(Other, bad)
+    with pytest.raises(TypeError, match="not a frozen dataclass"):
+        register_state_type(NotFrozen, "test.not_frozen/1")
+    assert state_tag(Other) is None  # refused registrations left nothing behind
+
+
+def test_every_legacy_tag_maps_to_a_registered_type_of_that_name() -> None:
+    from streams.core.codec import LEGACY_TAGS, state_types
+
+    types = state_types()
+    for old, new in LEGACY_TAGS.items():
+        assert new in types, old
+        assert types[new].__qualname__ == old.partition(":")[2]
+
+
+def test_builtin_state_types_carry_no_module_paths() -> None:
+    from streams.core.codec import LEGACY_TAGS, state_types
+
+    builtin = {t: c for t, c in state_types().items() if c.__module__.startswith("streams.")}
+    assert len(builtin) >= len(LEGACY_TAGS) == 36
+    for tag in builtin:
+        assert ":" not in tag and not tag.startswith("streams")

@@ -10,8 +10,22 @@ reserved for strong evidence):
 * ``warning`` — a doom loop with confidence >= ``warning_confidence``; a
   repeated error seen >= ``warning_error_count`` times with confidence >=
   ``caution_confidence``;
-* ``caution`` — any other pattern with confidence >= ``caution_confidence``;
+* ``caution`` — a loop-like pattern (:data:`ESCALATING_PATTERNS`: the agent
+  repeats the same thing) with confidence >= ``caution_confidence``; a
+  heuristic pattern (context degradation, error cascade, thrashing, progress
+  stall, drift, tool avoidance, file churn: inferred from kinds of calls, not
+  from the agent repeating itself) with confidence >=
+  ``heuristic_caution_confidence`` (0.7 by default);
 * ``info`` — weaker evidence (still reported, so the agent can see it).
+
+Why two caution thresholds: ``context_for`` injects caution into the agent's
+context, so a caution on a healthy run is a false alarm the agent acts on.  A
+loop-like pattern at 0.6 already means the same call or error came back at
+least three times; a heuristic pattern at 0.6 is one or two steps above its
+detector's firing floor (error cascade: three failures in a row, thrashing:
+one verb 9 of 10 calls, context degradation: four symptoms) and was, on the
+real runs of ``../shared/trajdata``, what raised caution on resolved runs.  It
+needs one more step of evidence before the agent is interrupted.
 
 It is meant to run on every call but only *answers* (``should_run``) when a
 pattern of at least caution severity newly fired on this event, or when the
@@ -127,13 +141,14 @@ class PatternObserver:
 
     warning_confidence: float = 0.9
     caution_confidence: float = 0.6
+    heuristic_caution_confidence: float = 0.7
     warning_error_count: int = 5
     recent_window: int = 50
     refresh_calls: int = 5
     escalate_after_calls: int = 3
 
     def __post_init__(self) -> None:
-        for key in ("warning_confidence", "caution_confidence"):
+        for key in ("warning_confidence", "caution_confidence", "heuristic_caution_confidence"):
             value = getattr(self, key)
             if (
                 isinstance(value, bool)
@@ -176,7 +191,12 @@ class PatternObserver:
             count = int(getattr(pattern, "count", pattern.occurrences))
             if count >= self.warning_error_count:
                 return "warning"
-        if conf >= self.caution_confidence:
+        floor = (
+            self.caution_confidence
+            if ptype in ESCALATING_PATTERNS
+            else self.heuristic_caution_confidence
+        )
+        if conf >= floor:
             return "caution"
         return "info"
 

@@ -9,8 +9,15 @@ Symptoms, each observed within the last ``window`` calls:
 * ``contradiction:<path>`` — a path created or written, then deleted (or deleted
   then re-created).
 
-Fires when at least ``min_symptoms`` symptoms are inside the window; confidence
-grows with their number but stays <= 0.8 (heuristic evidence).  Work per call
+Symptoms are counted by *what* was forgotten (the label above), not by how
+often: the same label seen again replaces its older entry (and so stays in the
+window).  One ``rm scratch.py`` followed by several writes to ``scratch.py`` is
+one contradiction, not one per write; evidence of degradation is forgetting
+several different things.  Invariant: the window never holds two symptoms with
+the same label.
+
+Fires when at least ``min_symptoms`` distinct symptoms are inside the window;
+confidence grows with their number but stays <= 0.8 (heuristic evidence).  Work per call
 is O(window) only for read/search/delete/create calls (``window`` is small and
 independent of the analysis window).
 """
@@ -117,6 +124,10 @@ class ContextDegradationLogic:
         self.recent.append(analysis.last_compact or rec)
         syms = self.symptoms
         if symptom is not None:
+            for i, (_, label, _) in enumerate(syms):
+                if label == symptom:
+                    del syms[i]  # one entry per label: refresh it, do not count it twice
+                    break
             syms.append((rec.call_index, symptom, rec.cite()))
         oldest = rec.call_index - self.window
         while syms and syms[0][0] <= oldest:

@@ -374,11 +374,42 @@ class TestContextDegradation:
         r = Run(only(ContextDegradationDetector(min_symptoms=2)))
         r.call("touch notes.txt")
         r.call("rm notes.txt")
-        r.call("touch notes.txt")
+        r.call("touch todo.txt")
+        r.call("rm todo.txt")
         assert r.fired_types() == ["context_degradation"]
         p = r.fired[0]
         assert isinstance(p, ContextDegradation)
-        assert all(s.startswith("contradiction:") for s in p.symptoms)
+        assert p.symptoms == ("contradiction:notes.txt", "contradiction:todo.txt")
+
+    def test_one_scratch_file_reset_and_rewritten_is_one_symptom(self) -> None:
+        """mini-swe-agent django__django-14349 (resolved): the agent builds a patch
+        script line by line, removes it once and starts it again.  One ``rm`` is
+        one contradiction however many writes to the path follow; counting each
+        write raised confidence to 0.8 and a caution on a run that succeeded."""
+        r = Run(only(ContextDegradationDetector()))
+        r.call("""echo 'lines = open("django/core/validators.py").readlines()' > fix.py""")
+        r.call("ls")
+        r.call("rm fix.py")
+        r.call("""echo "print('hello')" | cat > fix.py""")
+        r.call('echo "simple" >> fix.py')
+        r.call("""echo 'lines = open("django/core/validators.py").readlines()' > fix.py""")
+        r.call("""echo -n 'lines.insert(114, "' >> fix.py""")
+        r.call("python3 fix.py")
+        assert r.fired_types() == []
+
+    def test_repeated_symptom_is_refreshed_not_counted_twice(self) -> None:
+        r = Run(only(ContextDegradationDetector(window=8, min_symptoms=2)))
+        r.call("cat src/a.py")
+        r.call("grep -rn foo src")
+        r.call("cat src/a.py")  # re_read:src/a.py
+        r.call("cat src/a.py")  # the same symptom again: still one
+        assert r.fired_types() == []
+        out = r.call("grep -rn foo src")  # a second, different symptom
+        assert [p.pattern_type for p in out] == ["context_degradation"]
+        p = out[0]
+        assert isinstance(p, ContextDegradation)
+        assert sorted(p.symptoms) == ["re_read:src/a.py", "repeated_query:grep -rn foo src"]
+        assert p.confidence == pytest.approx(0.35)
 
     def test_healthy_run_is_quiet(self) -> None:
         r = Run(only(ContextDegradationDetector()))

@@ -15,6 +15,9 @@ Examples:
   trajectory broker fetch                      # only download the jars (e.g. in CI)
   trajectory broker start --secure --data-dir .cache/broker-secure --port 9094 \
       --controller-port 9095                   # SASL_SSL + SCRAM + ACLs (docs/security.md)
+  trajectory broker certs --out DIR --host kafka   # the same secured broker's CA, certificate,
+      # admin login, server.properties and start script for a container
+      # (deploy/docker-compose.secure.yml runs this in its one-shot `certs` service)
 
 Topics are NOT auto-created (every process here creates its own topics); pass
 --auto-create-topics for third-party tools that rely on it.
@@ -36,8 +39,9 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action",
-        choices=("start", "stop", "status", "fetch"),
-        help="start | stop | status | fetch (download the jars only)",
+        choices=("start", "stop", "status", "fetch", "certs"),
+        help="start | stop | status | fetch (download the jars only) | certs (the secured "
+        "broker's material for a container, into --out)",
     )
     parser.add_argument(
         "--port",
@@ -82,6 +86,28 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="with --secure: also an SSL listener on this port that requires a client "
         "certificate signed by <data-dir>/security/ca.pem (mTLS; principal = the CN)",
     )
+    certs = parser.add_argument_group("certs (deploy/docker-compose.secure.yml)")
+    certs.add_argument(
+        "--out", type=Path, help="certs: the directory to write (made once, reused after)"
+    )
+    certs.add_argument(
+        "--host",
+        default="kafka",
+        help="certs: the broker's host name for other containers (advertised, and in the "
+        "certificate with 127.0.0.1 and localhost; default kafka)",
+    )
+    certs.add_argument(
+        "--internal-port",
+        type=int,
+        default=19092,
+        help="certs: the SASL_SSL listener other containers use (default 19092)",
+    )
+    certs.add_argument(
+        "--external-port",
+        type=int,
+        default=9092,
+        help="certs: the SASL_SSL listener advertised as 127.0.0.1 for the host (default 9092)",
+    )
     parser.add_argument(
         "--timeout",
         type=float,
@@ -94,6 +120,8 @@ def run(args: argparse.Namespace) -> int:
     from streams.broker import LocalBroker, ensure_jars
     from streams.broker.local import DEFAULT_START_TIMEOUT_S, DEFAULT_STOP_TIMEOUT_S
 
+    if args.action == "certs":
+        return _certs(args)
     if args.action == "fetch":
         started = time.monotonic()
         libs = ensure_jars(quiet=False)
@@ -150,6 +178,33 @@ def run(args: argparse.Namespace) -> int:
         print(f"KAFKA_BOOTSTRAP={status.bootstrap}")
         return 0
     return 1
+
+
+def _certs(args: argparse.Namespace) -> int:
+    from streams.broker.container import ContainerBroker, write_container_material
+    from streams.core.errors import ConfigError
+
+    if args.out is None:
+        raise ConfigError("--out", "certs writes into a directory: give --out DIR")
+    broker = ContainerBroker(
+        host=args.host,
+        internal_port=args.internal_port,
+        external_port=args.external_port,
+        controller_port=args.controller_port,
+    )
+    files = write_container_material(args.out, broker)
+    print(f"secured broker material in {files.root}:")
+    for name in (
+        "ca.pem",
+        "server.pem",
+        "server.properties",
+        "kafka-start.sh",
+        "admin.properties",
+        "admin.java.properties",
+    ):
+        print(f"  {files.root / name}")
+    print(f"clients: TRAJECTORY_SSL_CA_FILE={files.ca_cert}")
+    return 0
 
 
 __all__ = ["add_arguments", "run"]

@@ -8,7 +8,8 @@ id), and publishes them to the per-session topics the router reads.
 
   POST /v1/traces, /v1/logs   application/x-protobuf or application/json, gzip ok
   GET  /metrics               Prometheus text (requests, items by outcome,
-                              rejected items by reason, events, latency)
+                              rejected items by reason, events, latency);
+                              with --token-file it needs the token too
   GET  /healthz
 
 Answers: 200 (with partial_success naming rejected items), 400 undecodable body

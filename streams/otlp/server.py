@@ -19,8 +19,13 @@ Replies as the OTLP/HTTP specification says:
 
 Decoding, mapping and publishing run on one ingest thread (the event loop only
 reads bodies and answers), so :class:`~streams.otlp.ingest.Ingest` needs no lock.
-``GET /metrics`` is Prometheus' text format (not behind the token: counts only);
-``GET /healthz`` answers 200.
+``GET /metrics`` is Prometheus' text format; when a token is set it needs the
+same ``Authorization: Bearer <token>`` (401 otherwise), as the worker's HTTP view
+puts its ``/metrics`` behind a token when it has tokens: with authentication on,
+nothing but the liveness probe answers an anonymous caller (docs/security.md).
+Prometheus then scrapes with ``authorization: {credentials_file: ...}``
+(deploy/prometheus.yml).  ``GET /healthz`` answers 200 without a token (a
+liveness probe carries none, and the answer says nothing).
 """
 
 from __future__ import annotations
@@ -241,7 +246,22 @@ class Receiver:
     async def _shutdown(self, _app: web.Application) -> None:
         self._executor.shutdown(wait=True)
 
-    async def _metrics(self, _request: web.Request) -> web.Response:
+    def _authorized(self, request: web.Request) -> bool:
+        """No token configured, or the request carries it (compared in constant time)."""
+        token = self.config.token
+        if token is None:
+            return True
+        given = request.headers.get("Authorization", "")
+        return hmac.compare_digest(given.encode("utf-8"), f"Bearer {token}".encode())
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        if not self._authorized(request):
+            return web.Response(
+                status=401,
+                text="missing or wrong bearer token: scrape /metrics with "
+                "'Authorization: Bearer <token>' (the receiver's --token-file)\n",
+                headers={"WWW-Authenticate": 'Bearer realm="otlp"'},
+            )
         return web.Response(
             body=self.metrics.render(), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
@@ -279,19 +299,16 @@ class Receiver:
             as_json = media_type(request.content_type) == JSON
         except UnsupportedMediaType as exc:
             return self._refuse(signal, 415, "unsupported_media_type", 3, str(exc), True)
-        token = self.config.token
-        if token is not None:
-            given = request.headers.get("Authorization", "")
-            if not hmac.compare_digest(given.encode("utf-8"), f"Bearer {token}".encode()):
-                return self._refuse(
-                    signal,
-                    401,
-                    "unauthenticated",
-                    _GRPC_UNAUTHENTICATED,
-                    "missing or wrong bearer token (set OTEL_EXPORTER_OTLP_HEADERS="
-                    "'Authorization=Bearer <token>')",
-                    as_json,
-                )
+        if not self._authorized(request):
+            return self._refuse(
+                signal,
+                401,
+                "unauthenticated",
+                _GRPC_UNAUTHENTICATED,
+                "missing or wrong bearer token (set OTEL_EXPORTER_OTLP_HEADERS="
+                "'Authorization=Bearer <token>')",
+                as_json,
+            )
         try:
             raw = await request.read()
         except web.HTTPRequestEntityTooLarge:

@@ -29,6 +29,7 @@ from typing import Any
 from streams.core.errors import TrajectoryError
 from streams.replay.reader import DecodeFailure, PartitionRange, ReadStats
 from streams.replay.replay import ReplayResult, SessionReplay
+from streams.security import SecurityConfig, current
 
 #: How often (events) a worker publishes its progress count.
 _TICK = 4096
@@ -43,6 +44,9 @@ class _Job:
     key_glob: str | None
     config_path: str | None
     timeout_s: float
+    #: carried to the child explicitly: a spawned process does not inherit the
+    #: parent's ``streams.security.configure`` (CLI flags), only its environment
+    security: SecurityConfig
 
 
 def split_plan(ranges: Sequence[PartitionRange], jobs: int) -> list[list[PartitionRange]]:
@@ -73,6 +77,7 @@ def _work(job: _Job, counter: Any, results: Any) -> None:
             key_filter=key_filter,
             timeout_s=job.timeout_s,
             ranges=job.ranges,
+            security=job.security,
         )
         n = 0
 
@@ -102,8 +107,14 @@ def replay_parallel(
     config_path: str | None = None,
     timeout_s: float = 30.0,
     on_progress: Callable[[int], None] | None = None,
+    security: SecurityConfig | None = None,
 ) -> tuple[ReplayResult, ReadStats]:
-    """Replay ``ranges`` in up to ``jobs`` processes; merged result and read stats."""
+    """Replay ``ranges`` in up to ``jobs`` processes; merged result and read stats.
+
+    ``security``: the workers' credential; None: this process's
+    (:func:`streams.security.current`), resolved here and handed to each worker.
+    """
+    sec = security if security is not None else current()
     shares = split_plan(ranges, jobs)
     ctx = mp.get_context("spawn")
     counter = ctx.Value("q", 0)
@@ -119,6 +130,7 @@ def replay_parallel(
             key_glob,
             config_path,
             timeout_s,
+            sec,
         )
         p = ctx.Process(target=_work, args=(job, counter, results), daemon=True)
         p.start()

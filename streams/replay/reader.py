@@ -39,7 +39,7 @@ from typing import Any, Generic, Literal, TypeVar, cast
 from streams.core.errors import ConfigError, SerdeError, TrajectoryError
 from streams.core.events import TraceEvent
 from streams.core.jsonl import iso_to_ms
-from streams.security import client_config
+from streams.security import SecurityConfig, client_config
 
 T = TypeVar("T")
 
@@ -136,8 +136,12 @@ def session_topics(
     session: str | None = None,
     pattern: str | None = None,
     timeout_s: float = 30.0,
+    security: SecurityConfig | None = None,
 ) -> list[str]:
     """The ``<prefix>.session.<id>`` topics for one id or an fnmatch glob over ids.
+
+    ``security``: the credential to list topics with (e.g. ``Settings().security``);
+    None keeps the process-wide one (:func:`streams.security.current`).
 
     A glob is matched against the cluster's topic list (the id part of the name);
     an exact ``session`` must exist.  Raises :class:`ConfigError` naming the flag
@@ -152,7 +156,7 @@ def session_topics(
             "--session/--sessions", "give exactly one of --session ID or --sessions GLOB"
         )
     base = f"{prefix}.session."
-    admin = AdminClient({"bootstrap.servers": bootstrap, **client_config()})
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
     try:
         topics = admin.list_topics(timeout=timeout_s).topics
     except Exception as exc:
@@ -181,6 +185,9 @@ class TopicReader(Generic[T]):
     ``key_filter`` (optional) skips records whose key is not accepted *before*
     decoding (used to pick sessions out of ``<prefix>.events``); skipped records
     are counted in ``stats.filtered``-free terms: they are simply out of scope.
+    ``security``: the client's TLS/SASL settings (library callers pass their
+    ``Settings.security``); None keeps the process-wide ones
+    (:func:`streams.security.current`, what the CLI installs).
     """
 
     def __init__(
@@ -197,6 +204,7 @@ class TopicReader(Generic[T]):
         timeout_s: float = 30.0,
         consumer_config: dict[str, Any] | None = None,
         ranges: Sequence[PartitionRange] | None = None,
+        security: SecurityConfig | None = None,
     ) -> None:
         if not topics and not ranges:
             raise ConfigError("topics", "nothing to read: no topic given")
@@ -212,7 +220,7 @@ class TopicReader(Generic[T]):
         self.stats = ReadStats()
         config = dict(FAST_READ_CONFIG)
         config["bootstrap.servers"] = bootstrap
-        config.update(client_config())
+        config.update(client_config(security))
         # Required by the client even for assign(); never joined, never committed.
         config["group.id"] = f"trajectory-replay-{uuid.uuid4().hex[:12]}"
         config.update(consumer_config or {})
@@ -409,14 +417,23 @@ def open_event_reader(
     end: Bound | None = None,
     strict: bool = False,
     timeout_s: float = 30.0,
+    security: SecurityConfig | None = None,
 ) -> TopicReader[TraceEvent]:
-    """The reader the CLI commands use: per-session topics or the routed events topic."""
+    """The reader the CLI commands use: per-session topics or the routed events topic.
+
+    ``security``: as for :class:`TopicReader` (None: the process-wide setting).
+    """
     from streams.serde import EventSerde
 
     serde = EventSerde()
     if source == "sessions":
         topics = session_topics(
-            bootstrap, prefix, session=session, pattern=sessions, timeout_s=timeout_s
+            bootstrap,
+            prefix,
+            session=session,
+            pattern=sessions,
+            timeout_s=timeout_s,
+            security=security,
         )
         key_filter = None
     elif source == "events":
@@ -437,6 +454,7 @@ def open_event_reader(
         strict=strict,
         key_filter=key_filter,
         timeout_s=timeout_s,
+        security=security,
     )
 
 

@@ -29,7 +29,7 @@ from streams.core.engine import EngineOutput
 from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
 from streams.importers.offline import OfflineAnalyzer
-from streams.security import client_config
+from streams.security import SecurityConfig, client_config
 from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 
 
@@ -442,9 +442,17 @@ def _text_diff(a: str, b: str, name_a: str = "replay", name_b: str = "live") -> 
 
 
 def read_live(
-    bootstrap: str, prefix: str, *, timeout_s: float = 30.0, strict: bool = True
+    bootstrap: str,
+    prefix: str,
+    *,
+    timeout_s: float = 30.0,
+    strict: bool = True,
+    security: SecurityConfig | None = None,
 ) -> tuple[list[PatternRecord], list[AssessmentWire], bool]:
     """Everything on ``<prefix>.patterns`` and the assessments topic right now.
+
+    ``security``: the credential to read with (e.g. ``Settings().security``); None
+    keeps the process-wide one (:func:`streams.security.current`).
 
     Assessments come from ``<prefix>.assessment-history`` (every one, the third
     value is then True) when that topic exists, else from the compacted
@@ -455,7 +463,7 @@ def read_live(
     from streams.replay.reader import TopicReader
 
     history = f"{prefix}.assessment-history"
-    existing = AdminClient({"bootstrap.servers": bootstrap, **client_config()})
+    existing = AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
     existing = existing.list_topics(timeout=timeout_s).topics
     complete = history in existing
     patterns = list(
@@ -465,6 +473,7 @@ def read_live(
             PatternSerde().decode,
             strict=strict,
             timeout_s=timeout_s,
+            security=security,
         )
     )
     assessments = list(
@@ -474,16 +483,24 @@ def read_live(
             AssessmentSerde().decode,
             strict=strict,
             timeout_s=timeout_s,
+            security=security,
         )
     )
     return patterns, assessments, complete
 
 
 def compare_with_live(
-    prefix: str, result: ReplayResult, *, bootstrap: str, timeout_s: float = 30.0
+    prefix: str,
+    result: ReplayResult,
+    *,
+    bootstrap: str,
+    timeout_s: float = 30.0,
+    security: SecurityConfig | None = None,
 ) -> LiveDiff:
     """Read the live outputs of ``prefix`` and diff them against ``result``."""
-    patterns, assessments, complete = read_live(bootstrap, prefix, timeout_s=timeout_s)
+    patterns, assessments, complete = read_live(
+        bootstrap, prefix, timeout_s=timeout_s, security=security
+    )
     return diff_live(result, patterns, assessments, complete=complete)
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
+from streams.security import SecurityConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +59,7 @@ def republish(
     to_prefix: str,
     speed: float,
     on_event: Callable[[], None] | None = None,
+    security: SecurityConfig | None = None,
 ) -> RepublishStats:
     """Send ``events`` to ``<to_prefix>.session.<id>`` (see the module docstring)."""
     from streams.sdk.publisher import Publisher, Session
@@ -66,6 +68,8 @@ def republish(
     if speed < 0:
         raise ConfigError("--speed", f"{speed}: use 0 (as fast as possible) or a factor > 0")
     settings = Settings(bootstrap=bootstrap, prefix=to_prefix)
+    if security is not None:  # None: the process-wide setting (Settings' default)
+        settings = settings.with_(security=security)
     ordered = event_time_order(events)
     if not ordered:
         return RepublishStats(0, 0, 0.0)

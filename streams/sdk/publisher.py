@@ -81,9 +81,15 @@ from streams.sdk._validate import (
     check_on_oversize,
     summarize_params,
 )
-from streams.security import client_config, raise_if_security_error, verify_connection
+from streams.security import (
+    client_config,
+    explain_kafka_error,
+    raise_if_security_error,
+    verify_connection,
+)
 from streams.serde import EventSerde
 from streams.settings import Settings, check_session_id
+from streams.tenancy import tenant_of
 
 #: Bytes of Kafka record overhead allowed on top of ``max_message_bytes``.
 RECORD_OVERHEAD: Final = 1024
@@ -106,6 +112,47 @@ def now_ms() -> int:
 #: when each partition passed its first 4 KiB index interval).  128 KiB still
 #: indexes ~40 MiB of a session's log before the segment rolls.
 SESSION_SEGMENT_INDEX_BYTES: Final = 128 * 1024
+
+
+def delivery_failure(what: str, topic: str, err: Any, settings: Settings) -> str:
+    """The text of one failed delivery; a refused one names the ACL and the command.
+
+    A produce the ACLs refuse (``TOPIC_AUTHORIZATION_FAILED``) names the grant it
+    lacks (WRITE on ``topic``) and the ``trajectory acl`` command that gives it: for
+    a session topic that is the agent role of the session's tenant, for the control
+    topic the agent role of any tenant (docs/security.md).  Login/TLS failures get
+    :func:`~streams.security.explain_kafka_error`'s message naming the setting.  Every
+    other error keeps librdkafka's text and code name.
+    """
+    name = err.name()
+    if name != "TOPIC_AUTHORIZATION_FAILED":
+        explained = explain_kafka_error(err, settings.security)
+        return f"{what}: {explained or f'{err.str()} ({name})'}"
+    user = settings.security.username or "<user>"
+    session_prefix = f"{settings.prefix}.session."
+    if topic.startswith(session_prefix):
+        tenant = tenant_of(topic[len(session_prefix) :])
+        if tenant is None:
+            fix = (
+                "session ids on a secured cluster carry their tenant, <tenant>.<session>, "
+                f"so that `trajectory acl grant agent --user {user} --tenant <tenant>` "
+                "can cover them"
+            )
+        else:
+            fix = (
+                f"the agent role of tenant {tenant!r} grants it: "
+                f"`trajectory acl grant agent --user {user} --tenant {tenant}`"
+            )
+    else:
+        fix = (
+            f"the agent role (any tenant) or the service role grants it: "
+            f"`trajectory acl grant agent --user {user} --tenant <tenant>`"
+        )
+    return (
+        f"{what}: {name}: Kafka's ACLs do not allow User:{user} WRITE on TOPIC {topic!r}; "
+        f"{fix} (with an admin credential; docs/security.md), or publish with a "
+        "credential that has it"
+    )
 
 
 class Publisher:
@@ -261,7 +308,7 @@ class Publisher:
 
         def on_delivery(err: KafkaError | None, _msg: Any) -> None:
             if err is not None:
-                self._record_failure(f"{what}: {err.str()} ({err.name()})")
+                self._record_failure(delivery_failure(what, topic, err, self.settings))
 
         deadline = time.monotonic() + 30.0
         while True:

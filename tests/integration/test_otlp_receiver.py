@@ -605,7 +605,12 @@ def test_token_tls_and_size_limit(
             loops=2,
         )
         assert len(spans) == 5
-        with urllib.request.urlopen(proc.url + "/metrics", timeout=5, context=ctx) as resp:
+        # /metrics is behind the token too (as the worker's view with tokens)
+        with pytest.raises(urllib.error.HTTPError) as anonymous:
+            urllib.request.urlopen(proc.url + "/metrics", timeout=5, context=ctx)
+        assert anonymous.value.code == 401
+        scrape = urllib.request.Request(proc.url + "/metrics", headers=auth)
+        with urllib.request.urlopen(scrape, timeout=5, context=ctx) as resp:
             metrics = resp.read().decode()
         assert 'trajectory_otlp_rejected_total{reason="unauthenticated",signal="traces"} 2.0' in (
             metrics

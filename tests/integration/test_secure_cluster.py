@@ -256,8 +256,13 @@ def test_an_agent_cannot_touch_another_tenants_sessions(
         pub._topics.add(acme.session_topic("globex.real"))  # skip creation: produce directly
         session = pub.session("globex.real", agent_id="x")
         session.start()
-        with pytest.raises(DeliveryError, match="TOPIC_AUTHORIZATION_FAILED"):
+        with pytest.raises(DeliveryError, match="TOPIC_AUTHORIZATION_FAILED") as denied:
             pub.flush(30)
+    # the refusal names the missing grant and the command that gives it
+    message = str(denied.value)
+    topic = acme.session_topic("globex.real")
+    assert f"User:agent-acme WRITE on TOPIC '{topic}'" in message, message
+    assert "`trajectory acl grant agent --user agent-acme --tenant globex`" in message, message
 
     # reading assessments with an agent credential: refused, nothing returned
     from streams.app.topics import ensure_topics

@@ -24,8 +24,18 @@ KIP-98/KIP-447):
 New session topics: the regex refresh alone finds them within
 ``metadata_refresh_ms`` (+ a rebalance); an announcement on ``<prefix>.control``
 makes the router request full metadata at once, which triggers the same rebalance
-sooner.  Partitions are assigned with ``cooperative-sticky``, so a new topic adds
-partitions without revoking (and interrupting the transaction on) the others.
+sooner.  Neither helps for topics created while no router ran: a restarted router
+rejoins as the same *static* member (``group.instance.id``) and the coordinator
+hands back its old assignment without running the assignor, and librdkafka's
+regex re-match then sees no change.  So every ``DISCOVERY_CHECK_S`` the router
+compares the session topics in the cluster metadata with what the group has
+assigned (``describe_consumer_groups``); a topic left unassigned for two checks
+in a row makes it re-subscribe without ``<prefix>.control`` for one check
+interval (the revoke makes librdkafka rejoin, and the coordinator then runs a
+full rebalance with a real leader), then with it again.  Announcements are only
+a latency hint, so missing them for a few seconds loses nothing.  Partitions are
+assigned with ``cooperative-sticky``, so a new topic adds partitions without
+revoking (and interrupting the transaction on) the others.
 
 **at-least-once**: an idempotent producer (``acks=all``, no transactions); every
 message is produced as soon as it is consumed (nothing waits for a batch window)
@@ -82,6 +92,7 @@ from streams.router.validate import (
     Rejected,
     check_message,
     dlq_headers,
+    session_id_of_topic,
 )
 from streams.settings import Settings
 
@@ -95,6 +106,11 @@ _TOPIC_MARGIN = 64 * 1024  # headers + record overhead on top of max_message_byt
 #: commit has not delivered everything after this long.  Below the consumer's
 #: max.poll.interval.ms (300 s), so the group does not evict a router stuck here.
 FLUSH_TIMEOUT_S = 60.0
+#: Seconds between checks that every session topic is assigned to some router of
+#: the group (see ``_check_discovery``); a topic must be seen unassigned by two
+#: checks in a row before the router forces a rebalance, so the normal regex
+#: pickup (~1 s + a rebalance) is never disturbed.
+DISCOVERY_CHECK_S = 3.0
 
 
 class _AbortableProduce(Exception):
@@ -210,6 +226,14 @@ class Router:
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
         self._pending = PendingTopics()
+        self._admin: AdminClient | None = None
+        self._subscription: list[str] = []
+        self._control_dropped = False
+        self._next_discovery = 0.0
+        #: Session topics no member of the group had at the previous discovery check.
+        self._unassigned_before: frozenset[str] = frozenset()
+        #: Rebalances forced because a session topic stayed unassigned (tests, logs).
+        self.forced_rebalances = 0
         self._t0 = time.monotonic()
         #: ``time.monotonic()`` of the first partition assignment (None before it):
         #: lets benchmarks and tests separate group-join time from routing time.
@@ -282,13 +306,19 @@ class Router:
             self._abort_leftover_transaction(instance_id)
             self._producer = Producer(producer_conf)
         self._consumer = Consumer(consumer_conf)
-        subscription = [self.settings.session_topic_regex, self._control_topic]
-        self._consumer.subscribe(
-            subscription,
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+        self._admin = AdminClient(
+            {
+                "bootstrap.servers": self.settings.bootstrap,
+                **{
+                    k: v
+                    for k, v in self._extra_consumer.items()
+                    if k.startswith(("security.", "sasl.", "ssl."))
+                },
+            }
         )
+        subscription = [self.settings.session_topic_regex, self._control_topic]
+        self._subscription = subscription
+        self._subscribe()
         log.info(
             "router subscribed to %s (group %s, %s, instance %s, linger.ms %s)",
             subscription,
@@ -297,6 +327,88 @@ class Router:
             instance_id,
             producer_conf.get("linger.ms"),
         )
+
+    def _subscribe(self, *, without_control: bool = False) -> None:
+        """(Re-)subscribe.  ``without_control`` drops ``<prefix>.control`` for a
+        while: the only subscription change that makes librdkafka rejoin the group
+        here (it revokes a partition; re-subscribing to the same or an equivalent
+        list is a no-op), and a rejoin after a revoke makes the coordinator run a
+        full rebalance with this member as a real leader."""
+        assert self._consumer is not None
+        self._control_dropped = without_control
+        topics = self._subscription[:1] if without_control else self._subscription
+        self._consumer.subscribe(
+            topics,
+            on_assign=self._on_assign,
+            on_revoke=self._on_revoke,
+            on_lost=self._on_lost,
+        )
+
+    def _group_assigned_topics(self) -> set[str] | None:
+        """Topics assigned to any member of the router group (None: unknown now)."""
+        assert self._admin is not None
+        group = self.config.resolved_group_id(self._prefix)
+        try:
+            futures = self._admin.describe_consumer_groups([group], request_timeout=2.0)
+            desc = futures[group].result(timeout=3.0)
+        except Exception as exc:  # a broker hiccup: check again next time
+            log.debug("describe_consumer_groups(%s) failed: %s", group, exc)
+            return None
+        topics: set[str] = set()
+        for member in desc.members or ():
+            assignment = member.assignment
+            for tp in (assignment.topic_partitions if assignment is not None else None) or ():
+                topics.add(tp.topic)
+        return topics
+
+    def _check_discovery(self, consumer: Consumer) -> None:
+        """Force a rebalance if a session topic stays unassigned (module docstring).
+
+        Invariant: never re-subscribes for a topic some member of the group owns,
+        nor for one seen unassigned only once (it may be mid-pickup).
+        """
+        self._next_discovery = time.monotonic() + DISCOVERY_CHECK_S
+        try:
+            md = consumer.list_topics(timeout=2.0)
+        except KafkaException as exc:
+            log.debug("metadata for the discovery check failed: %s", exc)
+            return
+        missing = {
+            name
+            for name, meta in md.topics.items()
+            if meta.error is None
+            and meta.partitions
+            and name not in self._assigned_topics
+            and session_id_of_topic(self._prefix, name) is not None
+        }
+        if missing:
+            owned = self._group_assigned_topics()
+            if owned is None:
+                return
+            missing -= owned
+        stale = missing & self._unassigned_before
+        self._unassigned_before = frozenset(missing)
+        if self._control_dropped:
+            # One check after forcing: the announcements topic comes back (another
+            # rejoin, cooperative: nothing else is revoked).
+            if self._in_txn and not self._failed:
+                self._commit()
+            self._subscribe()
+            return
+        if not stale:
+            return
+        log.warning(
+            "%d session topic(s) unassigned for %.0f s (e.g. %s; created while no router "
+            "ran?): re-subscribing to make the group rebalance",
+            len(stale),
+            DISCOVERY_CHECK_S,
+            sorted(stale)[:3],
+        )
+        if self._in_txn and not self._failed:
+            self._commit()  # a rejoin would fence offsets sent during it
+        self._subscribe(without_control=True)
+        self.forced_rebalances += 1
+        self._unassigned_before = frozenset()
 
     def _abort_leftover_transaction(self, transactional_id: str) -> None:
         """At-least-once start: abort a transaction an exactly-once predecessor with
@@ -454,6 +566,8 @@ class Router:
                     self._commit()
                 # A full metadata request makes librdkafka re-match the regex now.
                 consumer.list_topics(timeout=5.0)
+            if self.first_assigned_at is not None and time.monotonic() >= self._next_discovery:
+                self._check_discovery(consumer)
             if cfg.status_interval_s:
                 cur = self.stats()
                 if cur.at_s - last_status.at_s >= cfg.status_interval_s:
@@ -810,6 +924,7 @@ class Router:
         self._rebalances += 1
         if self.first_assigned_at is None and partitions:
             self.first_assigned_at = time.monotonic()
+            self._next_discovery = self.first_assigned_at + 1.0
         for tp in partitions:
             self._assigned.add(TopicPartition(tp.topic, tp.partition))
             self._assigned_topics.add(tp.topic)

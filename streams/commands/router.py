@@ -48,8 +48,12 @@ undeliverable event) stops the router with exit code 2 and the reason.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
+import threading
+import time
+from typing import Any
 
 #: Environment default of --guarantee (the flag wins).
 GUARANTEE_ENV = "TRAJECTORY_ROUTER_GUARANTEE"
@@ -185,7 +189,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import logging
     import signal
 
     from streams.router import Router, RouterConfig
@@ -224,20 +227,18 @@ def run(args: argparse.Namespace) -> int:
             "metrics on http://127.0.0.1:%d/metrics", args.metrics_port
         )
     router = Router(settings, config, metrics=metrics)
+    log = logging.getLogger("streams.router")
+    stop_requested: list[float] = []
 
     def stop(signum: int, frame: object) -> None:
-        logging.getLogger("streams.router").info(
-            "%s: committing the open batch and stopping", signal.Signals(signum).name
-        )
+        log.info("%s: committing the open batch and stopping", signal.Signals(signum).name)
+        if not stop_requested:
+            stop_requested.append(time.monotonic())
         router.request_stop()
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    router.start()
-    try:
-        final = router.run()
-    finally:
-        router.close()
+    final = _run_in_thread(router, stop_requested, log)
     if config.exactly_once:
         commits = f"{final.transactions} transactions, {final.aborts} aborted"
     else:
@@ -250,6 +251,55 @@ def run(args: argparse.Namespace) -> int:
         config.guarantee,
     )
     return 0
+
+
+#: After SIGTERM/SIGINT the router gets this long to commit and close by itself
+#: (it sees the stop within ``CALL_TIMEOUT_S`` even when the broker is down);
+#: then the process exits anyway, loudly, with :data:`EXIT_STOP_TIMEOUT`.
+STOP_GRACE_S = 15.0
+EXIT_STOP_TIMEOUT = 3
+
+
+def _run_in_thread(router: Any, stop_requested: list[float], log: Any) -> Any:
+    """start/run/close the router in a worker thread; the main thread only waits.
+
+    Why: Python runs signal handlers in the main thread, between bytecodes, so a
+    main thread blocked inside a librdkafka call (seen: ``send_offsets_to_transaction``
+    with the broker down) would sit on SIGTERM.  Here the main thread waits in
+    short ``join`` slices, the handler runs at once, and if the router has not
+    stopped :data:`STOP_GRACE_S` after the signal the process exits without it.
+    Nothing is lost that way either: an uncommitted transaction is aborted when
+    this transactional id starts again, uncommitted offsets are routed again.
+    """
+    result: list[Any] = []
+    failure: list[BaseException] = []
+
+    def body() -> None:
+        try:
+            router.start()
+            try:
+                result.append(router.run())
+            finally:
+                router.close()
+        except BaseException as exc:  # handed to the main thread, raised there
+            failure.append(exc)
+
+    worker = threading.Thread(target=body, name="router", daemon=True)
+    worker.start()
+    while worker.is_alive():
+        worker.join(0.2)
+        if stop_requested and time.monotonic() - stop_requested[0] > STOP_GRACE_S:
+            log.error(
+                "the router did not stop within %.0f s of the stop signal (broker "
+                "unreachable?); exiting without it: nothing committed is lost, the open "
+                "batch is routed again by the next start",
+                STOP_GRACE_S,
+            )
+            logging.shutdown()
+            os._exit(EXIT_STOP_TIMEOUT)
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def main(argv: list[str] | None = None) -> int:

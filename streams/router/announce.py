@@ -17,11 +17,11 @@ topic creation.  Time is passed in by the caller (monotonic ms), never read here
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
-from streams.core.errors import InvalidEventError
+from streams.core.errors import InvalidEventError, MalformedMessageError
 from streams.router.validate import session_id_of_topic, session_prefix
+from streams.serde.jsontext import loads_json
 
 
 def parse_announcement(key: bytes | None, value: bytes | None, prefix: str) -> str:
@@ -34,8 +34,9 @@ def parse_announcement(key: bytes | None, value: bytes | None, prefix: str) -> s
             raise InvalidEventError("control.value", f"not UTF-8 ({exc})") from exc
         if text.startswith("{"):
             try:
-                obj = json.loads(text)
-            except ValueError as exc:
+                # Bounded and total (a 200,000-deep value must not crash the router).
+                obj = loads_json(text, "control.value")
+            except MalformedMessageError as exc:
                 raise InvalidEventError("control.value", f"invalid JSON ({exc})") from exc
             named = obj.get("topic") if isinstance(obj, dict) else None
             if not isinstance(named, str):

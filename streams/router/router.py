@@ -24,8 +24,18 @@ KIP-98/KIP-447):
 New session topics: the regex refresh alone finds them within
 ``metadata_refresh_ms`` (+ a rebalance); an announcement on ``<prefix>.control``
 makes the router request full metadata at once, which triggers the same rebalance
-sooner.  Partitions are assigned with ``cooperative-sticky``, so a new topic adds
-partitions without revoking (and interrupting the transaction on) the others.
+sooner.  Neither helps for topics created while no router ran: a restarted router
+rejoins as the same *static* member (``group.instance.id``) and the coordinator
+hands back its old assignment without running the assignor, and librdkafka's
+regex re-match then sees no change.  So every ``DISCOVERY_CHECK_S`` the router
+compares the session topics in the cluster metadata with what the group has
+assigned (``describe_consumer_groups``); a topic left unassigned for two checks
+in a row makes it re-subscribe without ``<prefix>.control`` for one check
+interval (the revoke makes librdkafka rejoin, and the coordinator then runs a
+full rebalance with a real leader), then with it again.  Announcements are only
+a latency hint, so missing them for a few seconds loses nothing.  Partitions are
+assigned with ``cooperative-sticky``, so a new topic adds partitions without
+revoking (and interrupting the transaction on) the others.
 
 **at-least-once**: an idempotent producer (``acks=all``, no transactions); every
 message is produced as soon as it is consumed (nothing waits for a batch window)
@@ -82,6 +92,7 @@ from streams.router.validate import (
     Rejected,
     check_message,
     dlq_headers,
+    session_id_of_topic,
 )
 from streams.security import client_config, raise_if_security_error
 from streams.settings import Settings
@@ -96,10 +107,56 @@ _TOPIC_MARGIN = 64 * 1024  # headers + record overhead on top of max_message_byt
 #: commit has not delivered everything after this long.  Below the consumer's
 #: max.poll.interval.ms (300 s), so the group does not evict a router stuck here.
 FLUSH_TIMEOUT_S = 60.0
+#: Longest single blocking call into librdkafka (transactional calls, offset
+#: look-ups, flush slices).  A call that times out (broker unreachable) is retried,
+#: and between two attempts the router looks at its stop flag: a stop request
+#: (SIGTERM) is seen within about this long even while the broker is down.
+CALL_TIMEOUT_S = 2.0
+#: Give up (DeliveryError: exit loudly, a supervisor restarts the router) when a
+#: transactional call has kept timing out for this long: past the default
+#: ``transaction.timeout.ms`` (60 s) the broker aborts the transaction anyway.
+BROKER_WAIT_S = 120.0
+#: A call into librdkafka that has not returned after this long is *wedged*:
+#: ``send_offsets_to_transaction`` ignores its timeout and can block forever once
+#: the group coordinator went away and came back (measured here: a broker restart;
+#: librdkafka issues #5456 and #5511).  Every transactional call therefore runs in
+#: a helper thread; a wedged one is left there and the producer is replaced by a
+#: new one with the same transactional id (``init_transactions`` fences the old
+#: one and aborts its transaction; the consumer is rewound to the committed
+#: offsets).  Far above a normal commit (milliseconds).
+WEDGED_S = 15.0
+#: A consumer that the group fenced (``FENCED_INSTANCE_ID``: seen after a broker
+#: restart, when a JoinGroup retried during the outage registered this very
+#: instance twice) is replaced by a new one at most this many times; more means
+#: another router really runs with the same instance id, and this one stops.
+MAX_CONSUMER_RESTARTS = 3
+#: Seconds between checks that every session topic is assigned to some router of
+#: the group (see ``_check_discovery``); a topic must be seen unassigned by two
+#: checks in a row before the router forces a rebalance, so the normal regex
+#: pickup (~1 s + a rebalance) is never disturbed.
+DISCOVERY_CHECK_S = 3.0
 
 
 class _AbortableProduce(Exception):
     """produce() refused inside a transaction that must be aborted (internal signal)."""
+
+
+class _ConsumerFenced(Exception):
+    """The consumer hit a fatal error (e.g. FENCED_INSTANCE_ID) (internal signal)."""
+
+
+class _Wedged(Exception):
+    """A librdkafka call did not return within :data:`WEDGED_S` (internal signal)."""
+
+
+class _Abandoned(Exception):
+    """A stop was requested while a call to the broker could not complete (broker
+    unreachable): stop now without committing the open batch (internal signal).
+
+    Nothing is lost: exactly-once, the open transaction is aborted by the broker
+    when this transactional id starts again (or after ``transaction.timeout.ms``);
+    at-least-once, its offsets were not committed, so a restart routes it again.
+    """
 
 
 def ensure_topics(
@@ -184,6 +241,11 @@ class Router:
         #: a transaction is open).
         self._in_txn = False
         self._failed = False  # set by a fatal error or a bug: never commit after it
+        self._abandoned = False  # stopped while the broker was unreachable (_Abandoned)
+        self._producer_conf: dict[str, Any] = {}
+        self._consumer_conf: dict[str, Any] = {}
+        self._consumer_restarts = 0
+        self._replaced_producers = 0
         self._producer_dead = False  # fatal producer error (e.g. fenced): do not use it
         self._fatal_cause: str | None = None
         self._txn_started = 0.0
@@ -213,6 +275,14 @@ class Router:
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
         self._pending = PendingTopics()
+        self._admin: AdminClient | None = None
+        self._subscription: list[str] = []
+        self._control_dropped = False
+        self._next_discovery = 0.0
+        #: Session topics no member of the group had at the previous discovery check.
+        self._unassigned_before: frozenset[str] = frozenset()
+        #: Rebalances forced because a session topic stayed unassigned (tests, logs).
+        self.forced_rebalances = 0
         self._t0 = time.monotonic()
         #: ``time.monotonic()`` of the first partition assignment (None before it):
         #: lets benchmarks and tests separate group-join time from routing time.
@@ -251,6 +321,7 @@ class Router:
             "session.timeout.ms": cfg.session_timeout_ms,
         }
         consumer_conf.update(self._extra_consumer)
+        self._consumer_conf = consumer_conf
         instance_id = cfg.resolved_transactional_id(self._prefix)
         producer_conf: dict[str, Any] = {
             "bootstrap.servers": self.settings.bootstrap,
@@ -273,10 +344,17 @@ class Router:
             producer_conf["enable.idempotence"] = True
             producer_conf["acks"] = "all"
         producer_conf.update(self._extra_producer)
+        self._producer_conf = producer_conf
         if self._exactly_once:
             self._producer = Producer(producer_conf)
+            producer = self._producer
             try:
-                self._producer.init_transactions(30.0)
+                self._broker_call(
+                    "init_transactions", lambda t: producer.init_transactions(t), txn=False
+                )
+            except _Abandoned as exc:
+                self._note_abandoned(exc)  # stopped before anything was consumed
+                return
             except KafkaException as exc:
                 raise DeliveryError(
                     f"init_transactions for transactional.id {instance_id!r} failed: "
@@ -287,13 +365,19 @@ class Router:
             self._abort_leftover_transaction(instance_id)
             self._producer = Producer(producer_conf)
         self._consumer = Consumer(consumer_conf)
-        subscription = [self.settings.session_topic_regex, self._control_topic]
-        self._consumer.subscribe(
-            subscription,
-            on_assign=self._on_assign,
-            on_revoke=self._on_revoke,
-            on_lost=self._on_lost,
+        self._admin = AdminClient(
+            {
+                "bootstrap.servers": self.settings.bootstrap,
+                **{
+                    k: v
+                    for k, v in self._extra_consumer.items()
+                    if k.startswith(("security.", "sasl.", "ssl."))
+                },
+            }
         )
+        subscription = [self.settings.session_topic_regex, self._control_topic]
+        self._subscription = subscription
+        self._subscribe()
         log.info(
             "router subscribed to %s (group %s, %s, instance %s, linger.ms %s)",
             subscription,
@@ -302,6 +386,93 @@ class Router:
             instance_id,
             producer_conf.get("linger.ms"),
         )
+
+    def _subscribe(self, *, without_control: bool = False) -> None:
+        """(Re-)subscribe.  ``without_control`` drops ``<prefix>.control`` for a
+        while: the only subscription change that makes librdkafka rejoin the group
+        here (it revokes a partition; re-subscribing to the same or an equivalent
+        list is a no-op), and a rejoin after a revoke makes the coordinator run a
+        full rebalance with this member as a real leader."""
+        assert self._consumer is not None
+        self._control_dropped = without_control
+        topics = self._subscription[:1] if without_control else self._subscription
+        try:
+            self._consumer.subscribe(
+                topics,
+                on_assign=self._on_assign,
+                on_revoke=self._on_revoke,
+                on_lost=self._on_lost,
+            )
+        except KafkaException as exc:
+            if exc.args[0].code() == KafkaError._FATAL or exc.args[0].fatal():
+                raise _ConsumerFenced(f"subscribe: {exc.args[0]}") from exc
+            raise
+
+    def _group_assigned_topics(self) -> set[str] | None:
+        """Topics assigned to any member of the router group (None: unknown now)."""
+        assert self._admin is not None
+        group = self.config.resolved_group_id(self._prefix)
+        try:
+            futures = self._admin.describe_consumer_groups([group], request_timeout=2.0)
+            desc = futures[group].result(timeout=3.0)
+        except Exception as exc:  # a broker hiccup: check again next time
+            log.debug("describe_consumer_groups(%s) failed: %s", group, exc)
+            return None
+        topics: set[str] = set()
+        for member in desc.members or ():
+            assignment = member.assignment
+            for tp in (assignment.topic_partitions if assignment is not None else None) or ():
+                topics.add(tp.topic)
+        return topics
+
+    def _check_discovery(self, consumer: Consumer) -> None:
+        """Force a rebalance if a session topic stays unassigned (module docstring).
+
+        Invariant: never re-subscribes for a topic some member of the group owns,
+        nor for one seen unassigned only once (it may be mid-pickup).
+        """
+        self._next_discovery = time.monotonic() + DISCOVERY_CHECK_S
+        try:
+            md = consumer.list_topics(timeout=2.0)
+        except KafkaException as exc:
+            log.debug("metadata for the discovery check failed: %s", exc)
+            return
+        missing = {
+            name
+            for name, meta in md.topics.items()
+            if meta.error is None
+            and meta.partitions
+            and name not in self._assigned_topics
+            and session_id_of_topic(self._prefix, name) is not None
+        }
+        if missing:
+            owned = self._group_assigned_topics()
+            if owned is None:
+                return
+            missing -= owned
+        stale = missing & self._unassigned_before
+        self._unassigned_before = frozenset(missing)
+        if self._control_dropped:
+            # One check after forcing: the announcements topic comes back (another
+            # rejoin, cooperative: nothing else is revoked).
+            if self._in_txn and not self._failed:
+                self._commit()
+            self._subscribe()
+            return
+        if not stale:
+            return
+        log.warning(
+            "%d session topic(s) unassigned for %.0f s (e.g. %s; created while no router "
+            "ran?): re-subscribing to make the group rebalance",
+            len(stale),
+            DISCOVERY_CHECK_S,
+            sorted(stale)[:3],
+        )
+        if self._in_txn and not self._failed:
+            self._commit()  # a rejoin would fence offsets sent during it
+        self._subscribe(without_control=True)
+        self.forced_rebalances += 1
+        self._unassigned_before = frozenset()
 
     def _abort_leftover_transaction(self, transactional_id: str) -> None:
         """At-least-once start: abort a transaction an exactly-once predecessor with
@@ -344,26 +515,39 @@ class Router:
         self._stop.set()
 
     def close(self) -> None:
-        """Commit the open batch (unless failed), leave the group, flush the producer."""
+        """Commit the open batch (unless failed), leave the group, flush the producer.
+
+        After a stop the broker did not let complete (:class:`_Abandoned`) nothing
+        more is sent: the open batch is left to the broker / the next start, and the
+        producer is not flushed (exactly-once: those records belong to a transaction
+        that will be aborted; at-least-once: their offsets were not committed).
+        """
         if self._consumer is not None:
-            if self._in_txn and not self._failed:
-                self._commit()
-            elif (
-                self._in_txn
-                and self._exactly_once
-                and not self._producer_dead
-                and self._producer is not None
-            ):
-                # After a bug: abort now, so read_committed readers are not held back
-                # until the transaction times out.
-                self._producer.abort_transaction(30.0)
-                self._in_txn = False
+            try:
+                if self._abandoned:
+                    pass
+                elif self._in_txn and not self._failed:
+                    self._commit()
+                elif (
+                    self._in_txn
+                    and self._exactly_once
+                    and not self._producer_dead
+                    and self._producer is not None
+                ):
+                    # After a bug: abort now, so read_committed readers are not held
+                    # back until the transaction times out.
+                    producer = self._producer
+                    self._broker_call("abort_transaction", producer.abort_transaction)
+                    self._in_txn = False
+            except _Abandoned as exc:
+                self._note_abandoned(exc)
             # After a fatal producer error the open transaction is left to the broker:
             # it is aborted when this transactional id restarts (or on timeout).
             self._consumer.close()  # on_revoke runs here; nothing is open any more
             self._consumer = None
         if self._producer is not None:
-            if not self._producer_dead:  # a fenced producer cannot deliver anything
+            if not self._producer_dead and not self._abandoned:
+                # (a fenced producer cannot deliver anything)
                 # (at-least-once after a failure: what is delivered now is a duplicate
                 # after the restart, never a loss: no offset covers it)
                 self._producer.flush(10.0)
@@ -387,12 +571,16 @@ class Router:
 
         Returns the final stats.  The open batch is committed before returning.
         """
-        if self._consumer is None:
+        if self._consumer is None and not self._abandoned:
             self.start()
         consumer = self._consumer
-        assert consumer is not None
+        if consumer is None:  # stopped during start (broker unreachable)
+            return self.stats()
         try:
             return self._run(consumer, max_seconds, until)
+        except _Abandoned as exc:
+            self._note_abandoned(exc)
+            return self.stats()
         except BaseException:
             # Not a bad message (those are dead-lettered) but a bug or a fatal error:
             # never commit after it -- the consumed position already covers the
@@ -401,6 +589,156 @@ class Router:
             # restarts).  At-least-once: no offset is committed any more.
             self._failed = True
             raise
+
+    def _note_abandoned(self, exc: _Abandoned) -> None:
+        self._abandoned = True
+        self._failed = True  # never commit after this
+        log.warning(
+            "stop requested while the broker is unreachable (%s): stopping without "
+            "committing the open batch of %d message(s); nothing is lost: %s",
+            exc,
+            self._txn_msgs if self._in_txn else 0,
+            "the broker aborts the open transaction when this transactional id starts "
+            "again, and the restarted router routes it then"
+            if self._exactly_once
+            else "its offsets were not committed, so a restart routes it again "
+            "(duplicates, never a loss)",
+        )
+
+    def _broker_call(self, what: str, call: Callable[[float], object], *, txn: bool = True) -> None:
+        """Run a blocking librdkafka call with :data:`CALL_TIMEOUT_S` per attempt.
+
+        Retriable errors (a timeout while the broker is unreachable ...) are retried,
+        as confluent-kafka's transactional API asks, for up to :data:`BROKER_WAIT_S`;
+        abortable and fatal errors propagate (the caller aborts or stops).  Between
+        attempts a stop request raises :class:`_Abandoned`, so SIGTERM is never
+        swallowed by a blocked call.  ``txn=False``: not a transaction call (no
+        abortable errors expected).
+        """
+        started = time.monotonic()
+        warned = 0.0
+        while True:
+            try:
+                self._bounded(what, call)
+                return
+            except KafkaException as exc:
+                kerr = exc.args[0]
+                if kerr.fatal() or (txn and kerr.txn_requires_abort()) or not kerr.retriable():
+                    raise
+                now = time.monotonic()
+                if self._stop.is_set():
+                    raise _Abandoned(f"{what}: {kerr}") from exc
+                if now - started >= BROKER_WAIT_S:
+                    self._failed = True
+                    raise DeliveryError(
+                        f"{what} kept failing for {now - started:.0f} s (last: {kerr}); is the "
+                        f"broker at {self.settings.bootstrap} up?  Stopping without committing: "
+                        "a restart resumes from the last committed offsets"
+                    ) from exc
+                if now - warned >= 10.0:
+                    warned = now
+                    log.warning("%s: %s (retrying; broker unreachable?)", what, kerr)
+
+    def _bounded(self, what: str, call: Callable[[float], object]) -> None:
+        """``call(CALL_TIMEOUT_S)`` in a helper thread, waited for in short slices.
+
+        Raises what the call raised; :class:`_Abandoned` when a stop is requested
+        and the call has run longer than :data:`CALL_TIMEOUT_S`; :class:`_Wedged`
+        when it has not returned after :data:`WEDGED_S` (see there).  The helper
+        thread of an abandoned or wedged call is a daemon: it never holds up exit.
+        """
+        outcome: list[BaseException | None] = []
+
+        def target() -> None:
+            try:
+                call(CALL_TIMEOUT_S)
+            except BaseException as exc:
+                outcome.append(exc)
+            else:
+                outcome.append(None)
+
+        helper = threading.Thread(target=target, name=f"router-{what}", daemon=True)
+        t0 = time.monotonic()
+        helper.start()
+        while True:
+            helper.join(0.05)
+            if not helper.is_alive():
+                break
+            ran = time.monotonic() - t0
+            if self._stop.is_set() and ran >= CALL_TIMEOUT_S:
+                raise _Abandoned(f"{what} has not returned after {ran:.1f} s")
+            if ran >= WEDGED_S:
+                raise _Wedged(f"{what} has not returned after {ran:.0f} s")
+        if outcome and outcome[0] is not None:
+            raise outcome[0]
+
+    def _restart_consumer(self, why: str) -> None:
+        """Replace a consumer that hit a fatal error (see :data:`MAX_CONSUMER_RESTARTS`).
+
+        The open batch is given up first (exactly-once: its transaction aborted;
+        at-least-once: its offsets are not committed), so the new consumer starts
+        from the committed offsets: nothing is lost, nothing doubled for
+        read_committed readers (at-least-once: repeats, as after a crash).
+        """
+        self._consumer_restarts += 1
+        if self._consumer_restarts > MAX_CONSUMER_RESTARTS:
+            self._failed = True
+            raise DeliveryError(
+                f"{why} (consumer restarted {MAX_CONSUMER_RESTARTS} times already); if it "
+                "says FENCED_INSTANCE_ID, another router runs with the same "
+                "--transactional-id (ids must be unique, in either guarantee mode)"
+            )
+        log.error("%s: replacing the consumer (rejoins from the committed offsets)", why)
+        if self._in_txn:
+            if self._exactly_once:
+                self._abort(why, rewind=False)
+            else:
+                self._batch_done()  # produced, offsets not committed: routed again
+        old, self._consumer = self._consumer, None
+        self._assigned.clear()
+        self._assigned_topics.clear()
+        self._uncommitted.clear()
+        if old is not None:
+            try:
+                old.close()
+            except (KafkaException, RuntimeError) as exc:
+                log.debug("closing the fenced consumer: %s", exc)
+        self._consumer = Consumer(self._consumer_conf)
+        self._subscribe()
+
+    def _replace_producer(self, why: str, *, rewind: bool = True) -> None:
+        """Exactly-once: give up a wedged producer (see :data:`WEDGED_S`).
+
+        A new producer with the same transactional id runs ``init_transactions``,
+        which fences the old one and aborts its open transaction on the broker;
+        the consumer is rewound to the committed offsets so the batch is read and
+        routed again.  Nothing is lost or doubled for read_committed readers.
+        """
+        log.error(
+            "%s: replacing the transactional producer (the open transaction of %d "
+            "message(s) is aborted and routed again)",
+            why,
+            self._txn_msgs,
+        )
+        self._producer = Producer(self._producer_conf)
+        producer = self._producer
+        try:
+            self._broker_call(
+                "init_transactions", lambda t: producer.init_transactions(t), txn=False
+            )
+        except (KafkaException, _Wedged) as exc:
+            self._failed = True
+            self._producer_dead = True
+            raise DeliveryError(
+                f"could not replace the wedged transactional producer: {exc}; stopping "
+                "without committing (a restart resumes from the last committed offsets)"
+            ) from exc
+        self._in_txn = False
+        self._aborts += 1
+        self._aborted_msgs += self._txn_msgs
+        self._replaced_producers += 1
+        if rewind:
+            self._rewind(list(self._assigned))
 
     def _run(
         self,
@@ -412,54 +750,11 @@ class Router:
         last_status = self.stats()
         cfg = self.config
         while not self._stop.is_set():
-            now = time.monotonic()
-            if deadline is not None and now >= deadline:
-                break
-            room = max(1, min(1000, cfg.batch_max_messages - self._txn_msgs))
-            if self._in_txn and self._exactly_once:
-                # batching: consume() waits for `room` messages or the batch window
-                # (nothing is visible before the commit anyway)
-                wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
-                msgs = consumer.consume(num_messages=room, timeout=wait)
-            else:
-                # take what is there; else wait for the FIRST message only (consume()
-                # would sit out its whole timeout to fill the batch, which added up to
-                # 100 ms to every transaction's latency).  At-least-once never holds
-                # a message back: it waits at most until the next commit is due.
-                msgs = consumer.consume(num_messages=room, timeout=0)
-                if not msgs:
-                    wait = 0.1
-                    if self._in_txn:
-                        wait = cfg.batch_max_ms / 1000.0 - (now - self._txn_started)
-                        wait = min(0.1, max(0.0, wait))
-                    first = consumer.poll(wait)
-                    msgs = [] if first is None else [first]
-            if self.metrics is not None:
-                self.metrics.maybe_sample(consumer, self._assigned)
             try:
-                for msg in msgs:
-                    self._handle(msg)
-            except _AbortableProduce as exc:
-                # The rest of this batch is re-read after the rewind.
-                self._abort(str(exc))
-            if not self._exactly_once:
-                # Serve delivery reports now: a failed delivery stops the router before
-                # its next offset commit could pass it.
-                assert self._producer is not None
-                self._producer.poll(0)
-                self._raise_on_delivery_errors()
-            if self._in_txn and cfg.should_commit(
-                self._txn_msgs, (time.monotonic() - self._txn_started) * 1000.0
-            ):
-                self._commit()
-            if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
-                # Commit the open batch first: the refresh triggers a rejoin, and
-                # offsets sent during it fail with ILLEGAL_GENERATION (exactly-once:
-                # abort + re-read; at-least-once: a refused commit).
-                if self._in_txn:
-                    self._commit()
-                # A full metadata request makes librdkafka re-match the regex now.
-                consumer.list_topics(timeout=5.0)
+                if not self._step(deadline, cfg):
+                    break
+            except _ConsumerFenced as exc:
+                self._restart_consumer(str(exc))
             if cfg.status_interval_s:
                 cur = self.stats()
                 if cur.at_s - last_status.at_s >= cfg.status_interval_s:
@@ -470,6 +765,65 @@ class Router:
         if self._in_txn and not self._failed:
             self._commit()
         return self.stats()
+
+    def _step(self, deadline: float | None, cfg: RouterConfig) -> bool:
+        """One round of the loop: consume, handle, commit when due (False: time is up)."""
+        consumer = self._consumer
+        assert consumer is not None
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            return False
+        room = max(1, min(1000, cfg.batch_max_messages - self._txn_msgs))
+        if self._in_txn and self._exactly_once:
+            # batching: consume() waits for `room` messages or the batch window
+            # (nothing is visible before the commit anyway)
+            wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
+            msgs = consumer.consume(num_messages=room, timeout=wait)
+        else:
+            # take what is there; else wait for the FIRST message only (consume()
+            # would sit out its whole timeout to fill the batch, which added up to
+            # 100 ms to every transaction's latency).  At-least-once never holds
+            # a message back: it waits at most until the next commit is due.
+            msgs = consumer.consume(num_messages=room, timeout=0)
+            if not msgs:
+                wait = 0.1
+                if self._in_txn:
+                    wait = cfg.batch_max_ms / 1000.0 - (now - self._txn_started)
+                    wait = min(0.1, max(0.0, wait))
+                first = consumer.poll(wait)
+                msgs = [] if first is None else [first]
+        if self.metrics is not None:
+            self.metrics.maybe_sample(consumer, self._assigned)
+        try:
+            for msg in msgs:
+                self._handle(msg)
+        except _AbortableProduce as exc:
+            # The rest of this batch is re-read after the rewind.
+            self._abort(str(exc))
+        if not self._exactly_once:
+            # Serve delivery reports now: a failed delivery stops the router before
+            # its next offset commit could pass it.
+            assert self._producer is not None
+            self._producer.poll(0)
+            self._raise_on_delivery_errors()
+        if self._in_txn and cfg.should_commit(
+            self._txn_msgs, (time.monotonic() - self._txn_started) * 1000.0
+        ):
+            self._commit()
+        if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
+            # Commit the open batch first: the refresh triggers a rejoin, and
+            # offsets sent during it fail with ILLEGAL_GENERATION (exactly-once:
+            # abort + re-read; at-least-once: a refused commit).
+            if self._in_txn:
+                self._commit()
+            # A full metadata request makes librdkafka re-match the regex now.
+            try:
+                consumer.list_topics(timeout=CALL_TIMEOUT_S)
+            except KafkaException as exc:  # broker unreachable: retried when due
+                log.debug("metadata refresh for announced topics failed: %s", exc)
+        if self.first_assigned_at is not None and time.monotonic() >= self._next_discovery:
+            self._check_discovery(consumer)
+        return True
 
     def stats(self) -> RouterStats:
         return RouterStats(
@@ -506,13 +860,8 @@ class Router:
     def _handle(self, msg: Message) -> None:
         err = msg.error()
         if err is not None:
-            if err.fatal():
-                self._failed = True
-                raise DeliveryError(
-                    f"consumer fatal error: {err}; if it says FENCED_INSTANCE_ID, another "
-                    "router runs with the same --transactional-id (ids must be unique, "
-                    "in either guarantee mode)"
-                )
+            if err.fatal() or err.code() == KafkaError._FATAL:
+                raise _ConsumerFenced(f"consumer fatal error: {err}")
             # Informational (e.g. a topic deleted under us); librdkafka recovers itself.
             log.warning("consumer: %s", err)
             return
@@ -717,6 +1066,8 @@ class Router:
             self._raise_on_delivery_errors()
             if left == 0:
                 return
+            if self._stop.is_set():
+                raise _Abandoned(f"flush: {left} message(s) not delivered")
             if time.monotonic() >= deadline:
                 self._failed = True
                 raise DeliveryError(
@@ -735,11 +1086,15 @@ class Router:
             positions = [tp for tp in consumer.position(list(self._assigned)) if tp.offset >= 0]
             if positions:
                 metadata = consumer.consumer_group_metadata()
-                self._retrying(
+                self._broker_call(
                     "send_offsets_to_transaction",
-                    lambda: producer.send_offsets_to_transaction(positions, metadata, 30.0),
+                    lambda t: producer.send_offsets_to_transaction(positions, metadata, t),
                 )
-            self._retrying("commit_transaction", lambda: producer.commit_transaction(30.0))
+            self._broker_call("commit_transaction", producer.commit_transaction)
+        except _Wedged as exc:
+            self._commit_s += time.monotonic() - t0
+            self._replace_producer(str(exc))
+            return
         except KafkaException as exc:
             self._commit_s += time.monotonic() - t0
             kerr = exc.args[0]
@@ -755,22 +1110,7 @@ class Router:
         self._transactions += 1
         self._batch_done()
 
-    @staticmethod
-    def _retrying(what: str, call: Callable[[], None], attempts: int = 5) -> None:
-        """Retry a transactional call on *retriable* errors (e.g. a timeout), as the
-        librdkafka transaction API asks; abortable and fatal errors propagate."""
-        for attempt in range(attempts):
-            try:
-                call()
-                return
-            except KafkaException as exc:
-                kerr = exc.args[0]
-                if kerr.retriable() and not kerr.txn_requires_abort() and attempt < attempts - 1:
-                    log.warning("%s: %s (retrying)", what, kerr)
-                    continue
-                raise
-
-    def _abort(self, why: str) -> None:
+    def _abort(self, why: str, *, rewind: bool = True) -> None:
         consumer, producer = self._consumer, self._producer
         assert consumer is not None and producer is not None
         log.warning(
@@ -780,7 +1120,10 @@ class Router:
             self._txn_errors or "none reported",
         )
         try:
-            producer.abort_transaction(30.0)
+            self._broker_call("abort_transaction", producer.abort_transaction, txn=False)
+        except _Wedged as exc:
+            self._replace_producer(str(exc), rewind=rewind)
+            return
         except KafkaException as exc:
             raise self._fatal("abort_transaction", exc) from exc
         self._in_txn = False
@@ -796,7 +1139,8 @@ class Router:
                 f"delivery errors: {self._txn_errors or 'none reported'}); stopping rather "
                 "than retrying forever"
             )
-        self._rewind(list(self._assigned))
+        if rewind:
+            self._rewind(list(self._assigned))
         if self._consecutive_aborts > 1:
             time.sleep(min(2.0, 0.05 * self._consecutive_aborts))  # back off repeated aborts
 
@@ -806,7 +1150,19 @@ class Router:
         assert consumer is not None
         if not partitions:
             return
-        for tp in consumer.committed(partitions, timeout=30.0):
+        committed: list[TopicPartition] = []
+
+        def look_up(timeout: float) -> None:
+            committed[:] = consumer.committed(partitions, timeout=timeout)
+
+        try:
+            self._broker_call("committed offsets", look_up, txn=False)
+        except (KafkaException, _Wedged) as exc:
+            self._failed = True
+            raise DeliveryError(
+                f"could not read the committed offsets to rewind to: {exc.args[0]}"
+            ) from exc
+        for tp in committed:
             target = TopicPartition(
                 tp.topic, tp.partition, tp.offset if tp.offset >= 0 else OFFSET_BEGINNING
             )
@@ -817,6 +1173,7 @@ class Router:
         self._rebalances += 1
         if self.first_assigned_at is None and partitions:
             self.first_assigned_at = time.monotonic()
+            self._next_discovery = self.first_assigned_at + 1.0
         for tp in partitions:
             self._assigned.add(TopicPartition(tp.topic, tp.partition))
             self._assigned_topics.add(tp.topic)

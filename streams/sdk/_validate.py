@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 
 from streams.core.errors import InvalidEventError, OversizedMessageError
 from streams.core.events import JsonValue
-from streams.serde.jsontext import dumps_json
+from streams.serde.jsontext import check_json, dumps_json
 
 OnOversize = Literal["truncate", "raise"]
 ON_OVERSIZE: Final[tuple[str, ...]] = ("truncate", "raise")
@@ -63,16 +63,24 @@ def _abbreviate(text: str, limit: int = SUMMARY_MAX_CHARS) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def summarize_params(value: JsonValue) -> str | None:
+def summarize_params(value: JsonValue, root: str = "input") -> str | None:
     """An abbreviated, human-readable description of a tool input (<= 80 chars).
 
     A string input is used as is; for an object the first of :data:`SUMMARY_KEYS`
     present wins (a command line, a path ...); otherwise compact JSON.
+
+    The value is checked first (:func:`~streams.serde.jsontext.check_json`): this
+    runs before the payload checks of ``Session._emit``, and ``json.dumps`` would
+    raise ``ValueError`` for a cycle and ``RecursionError`` for deep nesting, or
+    quietly ``str()`` a set.  So a bad value raises
+    :class:`~streams.core.errors.UnserializableError` naming its path, as the
+    publisher promises, whatever the privacy mode.
     """
     if value is None:
         return None
     if isinstance(value, str):
         return _abbreviate(value)
+    check_json(value, root)
     if isinstance(value, Mapping):
         for key in SUMMARY_KEYS:
             found = value.get(key)
@@ -82,7 +90,7 @@ def summarize_params(value: JsonValue) -> str | None:
                 words = [x for x in found if isinstance(x, str)]
                 if len(words) == len(found):
                     return _abbreviate(" ".join(words))
-    return _abbreviate(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str))
+    return _abbreviate(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def _json_type(value: JsonValue) -> str:

@@ -19,7 +19,8 @@ message without a registry configured is an :class:`UnknownSchemaError`.
 
 Errors: :class:`UnknownSchemaError` (unknown fingerprint / schema id, named in
 hex / decimal), :class:`MalformedMessageError` (bad marker, truncated body,
-trailing bytes, invalid enum index, invalid JSON text ...), and
+trailing bytes, invalid enum index, a ``*_json`` field that is not bounded,
+finite JSON (see :func:`streams.serde.jsontext.loads_json`) ...), and
 :class:`OversizedMessageError` (more bytes than ``max_bytes``, encoding or
 decoding).  The original exception is always chained.
 
@@ -49,7 +50,7 @@ from streams.core.errors import (
     UnserializableError,
 )
 from streams.core.events import EVENT_TYPES, Budget, EventType, JsonValue, TraceEvent
-from streams.serde.jsontext import dumps_json
+from streams.serde.jsontext import dumps_json, loads_json
 from streams.serde.schemas import (
     canonical_form,
     codec_schema,
@@ -346,12 +347,16 @@ def _str_map(value: Any, path: str) -> dict[str, str]:
 
 
 def _loads(text: str | None, path: str, name: str) -> JsonValue:
+    """A ``*_json`` field's value: bounded and total (:func:`loads_json`), so a
+    decoded event never holds a value the worker cannot encode (NaN, a lone
+    surrogate, nesting deeper than ``MAX_JSON_DEPTH``) and a hostile text cannot
+    raise ``RecursionError``.  The error names the record and the field."""
     if text is None:
         return None
     try:
-        result: JsonValue = json.loads(text)
-    except ValueError as exc:
-        raise MalformedMessageError(f"{name}: {path} is not valid JSON text: {exc}") from exc
+        result: JsonValue = loads_json(text, path)
+    except MalformedMessageError as exc:
+        raise MalformedMessageError(f"{name}: {exc}") from exc
     return result
 
 

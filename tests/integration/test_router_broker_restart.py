@@ -1,0 +1,127 @@
+"""Issue #15, defect 4: the router across a broker restart, and SIGTERM while it is down.
+
+Seen before the fix: with the broker down ~18 s the exactly-once router blocked
+in ``send_offsets_to_transaction``, routed nothing for minutes after the broker
+came back, and ignored SIGTERM.
+
+This test runs its OWN single-node broker (never the suite's shared one: it is
+stopped and started again on the same ports and data directory), a router
+subprocess and a publisher that keeps producing through the outage.  It checks:
+
+1. the router is still running after the outage and routes everything that was
+   published (``read_committed``): exactly once for exactly-once, at least once
+   (nothing missing) for at-least-once;
+2. with the broker down again, SIGTERM stops the router by itself (exit code 0,
+   no SIGKILL needed) -- the time it took is printed, not asserted.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient, NewTopic
+from router_proc import RouterProc, SessionStreamPublisher
+from test_router import read_topic
+
+from streams.broker import LocalBroker, ensure_jars, free_ports
+from streams.core.events import TraceEvent
+from streams.serde import EventSerde
+from streams.settings import Settings
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(420)]
+
+SERDE = EventSerde()
+SESSIONS = [f"brk{i}" for i in range(8)]
+OUTAGE_S = 18.0
+#: SIGTERM must not need this SIGKILL fallback (RouterProc.stop kills after it).
+STOP_BOUND_S = 30.0
+
+
+def encoded(sid: str, seq: int) -> bytes:
+    return SERDE.encode(TraceEvent(type="message", session_id=sid, seq=seq, timestamp_ms=seq))
+
+
+@pytest.fixture
+def own_broker(tmp_path: Path) -> Iterator[LocalBroker]:
+    ensure_jars()
+    port, controller_port = free_ports(2)
+    broker = LocalBroker(tmp_path / "kafka", port, controller_port)
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.stop()
+
+
+def routed_keys(settings: Settings, expect: int, timeout_s: float) -> list[tuple[str, int]]:
+    msgs = read_topic(settings.bootstrap, settings.events_topic, expect, timeout_s=timeout_s)
+    out = []
+    for m in msgs:
+        ev = SERDE.decode(m.value())
+        out.append((ev.session_id, ev.seq))
+    return out
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_router_resumes_after_broker_restart_and_stops_on_sigterm_while_down(
+    own_broker: LocalBroker, tmp_path: Path, guarantee: str
+) -> None:
+    settings = Settings(bootstrap=own_broker.bootstrap, prefix="brk15", events_partitions=3)
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    futures = admin.create_topics([NewTopic(settings.session_topic(s), 1, 1) for s in SESSIONS])
+    for future in futures.values():
+        future.result(30)
+    pub = SessionStreamPublisher(settings, SESSIONS, 200, encoded)
+    router = RouterProc(
+        settings, tmp_path / "router.log", "--guarantee", guarantee, "--status-every", "1"
+    )
+    try:
+        pub.start()
+        deadline = time.monotonic() + 90
+        while len(routed_keys(settings, 400, timeout_s=5)) < 400:
+            assert time.monotonic() < deadline, router.log_tail()
+            assert router.proc.poll() is None, router.log_tail()
+
+        # The broker goes away mid-stream (the router has a batch open: events
+        # arrive every ~8 ms) and comes back on the same ports and data.
+        assert own_broker.stop()
+        time.sleep(OUTAGE_S)
+        assert router.proc.poll() is None, router.log_tail()
+        own_broker.start()
+        restarted = time.monotonic()
+
+        # New events must flow again; then the publisher stops and everything
+        # it published must be routed.
+        time.sleep(5.0)
+        pub.killed.set()
+        pub.join(120)
+        assert pub.done.is_set() and not pub.errors, pub.errors
+        published = set(pub.published)
+        keys = routed_keys(settings, len(published), timeout_s=120)
+        print(
+            f"{guarantee}: {len(published)} published, {len(keys)} routed, "
+            f"all routed {time.monotonic() - restarted:.1f} s after the broker restart"
+        )
+        assert router.proc.poll() is None, router.log_tail(80)
+        missing = published - set(keys)
+        assert not missing, (len(missing), sorted(missing)[:5], router.log_tail(80))
+        if guarantee == "exactly-once":
+            doubled = [k for k, n in Counter(keys).items() if n > 1]
+            assert not doubled, doubled[:5]
+
+        # Broker down again: SIGTERM must still stop the router, by itself.
+        assert own_broker.stop()
+        time.sleep(3.0)
+        t0 = time.monotonic()
+        rc = router.stop(signal.SIGTERM, timeout_s=STOP_BOUND_S)
+        took = time.monotonic() - t0
+        print(f"{guarantee}: SIGTERM with the broker down: exit {rc} after {took:.1f} s")
+        assert rc == 0, (rc, took, router.log_tail(80))
+    finally:
+        pub.killed.set()
+        router.stop(signal.SIGKILL)

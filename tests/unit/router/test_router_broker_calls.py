@@ -1,0 +1,110 @@
+"""How the router calls into librdkafka when the broker misbehaves (issue #15, defect 4).
+
+``Router._broker_call`` is exercised with plain callables standing in for the
+librdkafka calls (no broker, no client is created: ``Router()`` connects nothing
+until ``start()``).  The broker-restart behaviour itself is covered on a real
+broker by tests/integration/test_router_broker_restart.py.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from streams.core.errors import DeliveryError
+from streams.router import router as router_mod
+from streams.router.router import Router, _Abandoned, _Wedged
+from streams.settings import Settings
+
+
+def _router() -> Router:
+    return Router(Settings(bootstrap="127.0.0.1:1", prefix="t"))
+
+
+def _error(*, retriable: bool = False, abortable: bool = False, fatal: bool = False) -> KafkaError:
+    return KafkaError(
+        KafkaError._TIMED_OUT if retriable else KafkaError._STATE,
+        "test",
+        fatal=fatal,
+        retriable=retriable,
+        txn_requires_abort=abortable,
+    )
+
+
+def test_retriable_errors_are_retried_with_a_short_timeout_each() -> None:
+    timeouts: list[float] = []
+
+    def call(timeout: float) -> None:
+        timeouts.append(timeout)
+        if len(timeouts) < 3:
+            raise KafkaException(_error(retriable=True))
+
+    _router()._broker_call("send_offsets_to_transaction", call)
+    assert timeouts == [router_mod.CALL_TIMEOUT_S] * 3
+
+
+@pytest.mark.parametrize(
+    "kerr",
+    [_error(abortable=True), _error(fatal=True), _error()],
+    ids=["abortable", "fatal", "not-retriable"],
+)
+def test_abortable_fatal_and_other_errors_propagate_at_once(kerr: KafkaError) -> None:
+    calls = []
+
+    def call(timeout: float) -> None:
+        calls.append(timeout)
+        raise KafkaException(kerr)
+
+    with pytest.raises(KafkaException):
+        _router()._broker_call("commit_transaction", call)
+    assert len(calls) == 1
+
+
+def test_a_stop_request_ends_retrying() -> None:
+    router = _router()
+    router.request_stop()
+
+    def call(timeout: float) -> None:
+        raise KafkaException(_error(retriable=True))
+
+    with pytest.raises(_Abandoned, match="commit_transaction"):
+        router._broker_call("commit_transaction", call)
+
+
+def test_a_call_that_ignores_its_timeout_is_abandoned_on_stop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The main loop is never stuck inside a blocked call: a stop is seen."""
+    monkeypatch.setattr(router_mod, "CALL_TIMEOUT_S", 0.1)
+    router = _router()
+    release = threading.Event()
+    threading.Timer(0.3, router.request_stop).start()
+    t0 = time.monotonic()
+    with pytest.raises(_Abandoned, match="has not returned"):
+        router._broker_call("send_offsets_to_transaction", lambda t: release.wait(30))
+    assert time.monotonic() - t0 < 10
+    release.set()
+
+
+def test_a_wedged_call_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(router_mod, "WEDGED_S", 0.3)
+    release = threading.Event()
+    with pytest.raises(_Wedged, match="send_offsets_to_transaction has not returned"):
+        _router()._broker_call("send_offsets_to_transaction", lambda t: release.wait(30))
+    release.set()
+
+
+def test_giving_up_after_broker_wait_is_a_loud_delivery_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(router_mod, "BROKER_WAIT_S", 0.2)
+
+    def call(timeout: float) -> None:
+        time.sleep(0.05)
+        raise KafkaException(_error(retriable=True))
+
+    with pytest.raises(DeliveryError, match=r"is the broker at 127\.0\.0\.1:1 up"):
+        _router()._broker_call("commit_transaction", call)

@@ -39,6 +39,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--malformed", type=int, help="generated bad inputs (default 500)")
     parser.add_argument("--seed", type=int, help="seed of every random choice (default 15)")
     parser.add_argument("--no-broker-restart", action="store_true")
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="leave an input class out (diagnosis only; repeatable), e.g. deep_nesting",
+    )
     parser.add_argument("--workdir", help="keep logs and data here (default: a temp dir)")
     args = parser.parse_args(argv)
     changes = {
@@ -52,6 +59,8 @@ def main(argv: list[str] | None = None) -> int:
         }.items()
         if v is not None
     }
+    if args.exclude:
+        changes["exclude"] = tuple(args.exclude)
     if args.no_broker_restart:
         changes["broker_restart"] = False
     cfg = ChaosConfig.full(**changes) if args.full else ChaosConfig(**changes)

@@ -79,6 +79,8 @@ class ChaosConfig:
     #: after the load stops: wait this long at most for the state to settle
     drain_timeout_s: float = 90.0
     compare_live_timeout_s: float = 240.0
+    #: input classes left out (diagnosis only: see chaos_inputs.class_counts)
+    exclude: tuple[str, ...] = ()
 
     @classmethod
     def full(cls, **changes: Any) -> ChaosConfig:
@@ -655,7 +657,7 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
 
     monitor = ArrivalMonitor(broker.bootstrap, settings.events_topic)
     load = Load(settings, cfg, random.Random(rng.getrandbits(64)))
-    items = generate(rng.getrandbits(63), cfg.malformed, slots=cfg.sessions)
+    items = generate(rng.getrandbits(63), cfg.malformed, slots=cfg.sessions, exclude=cfg.exclude)
     result.malformed_by_class = dict(Counter(i.kind for i in items))
     abuse = sorted({i.session for i in items if i.session is not None})
     injector = Injector(broker.bootstrap, settings, items, load)

@@ -129,20 +129,30 @@ class ChaosInput:
 _SERDE: Final = EventSerde()
 
 
-def class_counts(n: int) -> dict[str, int]:
-    """How many inputs of each class ``generate(n=...)`` makes (every class >= 1).
+def class_counts(n: int, exclude: Iterable[str] = ()) -> dict[str, int]:
+    """How many inputs of each class ``generate(n=...)`` makes (every class >= 1,
+    except those in ``exclude``: 0).  ``n`` must be at least the number of classes.
 
-    ``n`` must be at least ``len(CLASSES)``.
+    ``exclude`` is for diagnosis only (e.g. leave out a known poison pill to see
+    what else a run finds); the suite's outcomes are judged with every class.
     """
-    if n < len(CLASSES):
-        raise ValueError(f"n={n}: need at least {len(CLASSES)} inputs (one per class)")
+    skipped = set(exclude)
+    unknown = skipped - set(CLASSES)
+    if unknown:
+        raise ValueError(f"exclude: unknown classes {sorted(unknown)}; known: {CLASSES}")
+    kept = [c for c in CLASSES if c not in skipped]
+    if not kept or n < len(kept):
+        raise ValueError(f"n={n}: need at least {len(kept)} inputs (one per class)")
     big = max(1, n // 1000)
-    counts = dict.fromkeys(_BIG, big)
-    rest = [c for c in CLASSES if c not in _BIG]
-    left = n - big * len(_BIG)
+    counts = dict.fromkeys(CLASSES, 0)
+    for name in _BIG:
+        if name in kept:
+            counts[name] = big
+    rest = [c for c in kept if c not in _BIG]
+    left = n - sum(counts.values())
     for i, name in enumerate(rest):
         counts[name] = left // len(rest) + (1 if i < left % len(rest) else 0)
-    return {c: counts[c] for c in CLASSES}
+    return counts
 
 
 def _event(session: str, seq: int, ts: int, rng: random.Random) -> TraceEvent:
@@ -303,6 +313,7 @@ def generate(
     *,
     slots: int,
     max_message_bytes: int = 1024 * 1024,
+    exclude: Iterable[str] = (),
 ) -> list[ChaosInput]:
     """``n`` inputs (see :func:`class_counts`), shuffled so the classes interleave.
 
@@ -314,7 +325,7 @@ def generate(
         raise ValueError("slots must be >= 2 (session_mismatch needs another session)")
     rng = random.Random(seed)
     serde = EventSerde()
-    counts = class_counts(n)
+    counts = class_counts(n, exclude)
     loose: list[ChaosInput] = []
     for kind in DLQ_CLASSES:
         for _ in range(counts[kind]):

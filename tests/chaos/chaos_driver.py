@@ -142,6 +142,8 @@ class ChaosResult:
         rc = self.compare_live_rc
         if rc is None:
             return "not run (timed out or could not start)"
+        if "Traceback (most recent call last)" in self.compare_live_output:
+            return f"crashed (exit {rc}, traceback below)"
         return {0: "clean (exit 0)", 1: "differences (exit 1)"}.get(rc, f"error (exit {rc})")
 
 

@@ -1,0 +1,86 @@
+"""Fault and abuse run of issue #15: prints the figures table.
+
+One dedicated Kafka broker (free ports, temp dir), one router, one worker
+(``--max-sessions-in-memory`` small), a steady SDK load, generated malformed
+inputs, seeded SIGKILLs of router and worker (each restarted) and one broker
+restart; then valid events lost, sessions regressed, repeated outputs, recovery
+time after each kill, the DLQ share and the ``replay --compare-live`` verdict.
+See tests/chaos/chaos_driver.py and docs/chaos.md.
+
+    python tests/bench/bench_chaos.py                 # small (the CI size)
+    python tests/bench/bench_chaos.py --full          # >= 20 kills, >= 10,000 inputs
+    python tests/bench/bench_chaos.py --kills 6 --malformed 2000 --seed 7
+
+Exit status 0 when every correctness outcome holds, 1 otherwise (figures are
+printed either way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "chaos"))
+
+from chaos_driver import ChaosConfig, format_figures, run_chaos  # noqa: E402
+from chaos_outcomes import failed_outcomes  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--full", action="store_true", help="issue #15's full size")
+    parser.add_argument("--kills", type=int, help="SIGKILLs of router/worker (default 3)")
+    parser.add_argument("--sessions", type=int, help="concurrent SDK sessions (default 6)")
+    parser.add_argument("--rate", type=float, help="valid events/s in total (default 120)")
+    parser.add_argument("--malformed", type=int, help="generated bad inputs (default 500)")
+    parser.add_argument("--seed", type=int, help="seed of every random choice (default 15)")
+    parser.add_argument("--no-broker-restart", action="store_true")
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="CLASS",
+        help="leave an input class out (diagnosis only; repeatable), e.g. deep_nesting",
+    )
+    parser.add_argument("--workdir", help="keep logs and data here (default: a temp dir)")
+    args = parser.parse_args(argv)
+    changes = {
+        k: v
+        for k, v in {
+            "kills": args.kills,
+            "sessions": args.sessions,
+            "rate": args.rate,
+            "malformed": args.malformed,
+            "seed": args.seed,
+        }.items()
+        if v is not None
+    }
+    if args.exclude:
+        changes["exclude"] = tuple(args.exclude)
+    if args.no_broker_restart:
+        changes["broker_restart"] = False
+    cfg = ChaosConfig.full(**changes) if args.full else ChaosConfig(**changes)
+    if args.workdir:
+        workdir = Path(args.workdir)
+        result = run_chaos(cfg, workdir, log=lambda s: print(s, file=sys.stderr, flush=True))
+    else:
+        with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
+            result = run_chaos(cfg, Path(tmp), log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(format_figures(result))
+    failed = failed_outcomes(result)
+    print()
+    if failed:
+        print(f"outcomes NOT met ({len(failed)}):")
+        for line in failed:
+            print(f"  - {line}")
+        return 1
+    print("all outcomes met")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -47,15 +47,15 @@ import fastavro
 
 from streams.core.events import TraceEvent
 from streams.serde import EventSerde
+from streams.serde.jsontext import MAX_JSON_DEPTH
 
 Expect = Literal["dlq", "dedup", "apply", "stale"]
 
 #: The depth of the issue's poison pill (router ``RecursionError`` in ``json.loads``).
 DEEP_NESTING: Final = 200_000
-#: Depth limit the "just over the limit" inputs exceed by one.  No limit exists in
-#: the router today; CPython's ``json`` fails past ~1,000 levels (the recursion
-#: limit), and any router limit must sit at or below it to be safe.
-DEPTH_LIMIT: Final = 1_000
+#: Depth limit the "just over the limit" inputs exceed: the serde's (``input_json``
+#: nested deeper than this is dead-lettered by the router and the worker alike).
+DEPTH_LIMIT: Final = MAX_JSON_DEPTH
 
 DLQ_CLASSES: Final[tuple[str, ...]] = (
     "random_bytes",

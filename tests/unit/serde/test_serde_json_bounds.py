@@ -16,6 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from streams.app.state import SessionCounters
 from streams.core.codec import decode_state, encode_state, from_canonical, to_canonical
 from streams.core.engine import SessionEngine
 from streams.core.errors import MalformedMessageError, UnserializableError
@@ -177,5 +178,10 @@ def test_decode_is_total(value: Any, depth: int) -> None:
         assert str(exc).startswith("input_json")
         return
     check_json(got, "input")  # what passed is plain, bounded JSON
+    # what the worker stores: engine states hold such values through the canonical
+    # codec, the session counters keep the event itself in their recent window
+    assert from_canonical(to_canonical(got)) == got
     event = TraceEvent(type="tool_call", session_id="s", seq=0, timestamp_ms=0, input=got)
-    assert from_canonical(to_canonical(event)) == event
+    counters = SessionCounters(session_id="s").apply(event)
+    assert counters is not None
+    assert SessionCounters.decode(counters.encode()) == counters

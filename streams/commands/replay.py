@@ -19,8 +19,11 @@ crash, docs/guarantees.md), counted and not a difference.  Differences name the
 session, table and field ("sim-3 sessions.last_seq: live 54, replay 503").  The
 last line is a parseable summary ("compare-live: sessions=.. state=compared
 state_differences=.. output_differences=.. allowed_repeats=..
-timer_assessments_ignored=.. undecodable=.. verdict=clean|differences"); exit 0
-when clean, 1 on any difference.  With --from/--to, or when no worker changelog
+timer_assessments_ignored=.. dead_lettered=.. undecodable=.. verdict=clean|differences");
+exit 0 when clean, 1 on any difference.  The replay applies the router's checks to
+session-topic records (the worker's to <prefix>.events); records it cannot use
+count as "dead_lettered" when <prefix>.dlq holds them too (live refused them as
+well), else as "undecodable", a difference.  With --from/--to, or when no worker changelog
 exists for the prefix, the state is not compared ("state=skipped"; a failure with
 --require-state).  Run it once the worker has caught up and committed.
 
@@ -151,6 +154,7 @@ def run(args: argparse.Namespace) -> int:
                 config_path=args.config,
                 timeout_s=args.timeout,
                 on_progress=bar.update if bar is not None else None,
+                check=reader.check,
             )
             if bar is not None:
                 bar.finish(result.events)
@@ -165,6 +169,7 @@ def run(args: argparse.Namespace) -> int:
                     key_filter=reader.key_filter,
                     timeout_s=args.timeout,
                     ranges=reader.plan(),
+                    check=reader.check,
                 )
                 for event in again:
                     state.apply(event)
@@ -216,7 +221,13 @@ def run(args: argparse.Namespace) -> int:
             state_note=state_note,
             require_state=args.require_state,
         )
-        report.undecodable = len(reader.stats.failures)
+        if reader.stats.failures:
+            from streams.replay.compare import read_dead_letters
+
+            report.note_unreplayed(
+                reader.stats.failures,
+                read_dead_letters(settings.bootstrap, settings.prefix, timeout_s=args.timeout),
+            )
         print(report.render())
         if args.compare_json == "-":
             print(report.dumps())
@@ -224,7 +235,9 @@ def run(args: argparse.Namespace) -> int:
             with open(args.compare_json, "w", encoding="utf-8") as handle:
                 handle.write(report.dumps() + "\n")
         status = 0 if report.ok else 1
-    if reader.stats.failures and status == 0:
+    if reader.stats.failures and status == 0 and not args.compare_live:
+        # (with --compare-live the verdict decides: records dead-lettered live too
+        # are consistent, the others already made it "differences")
         status = 1
     return status
 

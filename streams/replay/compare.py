@@ -17,9 +17,11 @@ committed (the changelogs are written at each commit, every
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from streams.replay.reader import DecodeFailure
 from streams.replay.replay import LiveDiff, ReplayResult, diff_live, read_live, replay_events
 from streams.replay.state import TABLES, StateDiff, StateReplay, diff_tables, read_changelogs
 
@@ -37,15 +39,19 @@ class CompareReport:
     ``state`` is None when the state was not compared (``state_note`` says why:
     a ``--from``/``--to`` slice, whose replay cannot equal tables built from the
     whole history, or no worker changelog exists for the prefix); with
-    ``state_required`` that is not clean.  ``undecodable``: records in range that
-    did not decode (the replay is then incomplete, so the verdict is not clean
-    either).
+    ``state_required`` that is not clean.  Records in range the replay could not
+    use (undecodable, or refused as live ingest refuses them) are matched against
+    ``<prefix>.dlq`` by their source coordinates (:meth:`note_unreplayed`):
+    ``dead_lettered`` ones were dead-lettered live too, so both sides agree;
+    ``undecodable`` ones are not in the DLQ, so live may have done something the
+    replay could not: the verdict is not clean.
     """
 
     outputs: LiveDiff
     state: StateDiff | None = None
     state_note: str | None = None
     undecodable: int = 0
+    dead_lettered: int = 0
     notes: list[str] = field(default_factory=list)
     state_required: bool = False
 
@@ -75,6 +81,17 @@ class CompareReport:
             return False
         return not (self.state_differences or self.output_differences or self.undecodable)
 
+    def note_unreplayed(
+        self, failures: Sequence[DecodeFailure], dead_letters: set[tuple[str, int, int]]
+    ) -> None:
+        """Split the records the replay could not use into dead-lettered-live-too
+        (consistent) and the rest (a difference: listed in ``notes``)."""
+        missing = [f for f in failures if (f.topic, f.partition, f.offset) not in dead_letters]
+        self.dead_lettered = len(failures) - len(missing)
+        self.undecodable = len(missing)
+        for f in missing[:RENDER_LIMIT]:
+            self.notes.append(f"not replayed and not in the DLQ: {f.describe()}")
+
     def summary(self) -> str:
         """One ``key=value`` line for scripts (``compare-live:`` prefix, verdict last)."""
         state = "compared" if self.state is not None else "skipped"
@@ -84,6 +101,7 @@ class CompareReport:
             f"output_differences={self.output_differences} "
             f"allowed_repeats={self.allowed_repeats} "
             f"timer_assessments_ignored={self.timer_assessments_ignored} "
+            f"dead_lettered={self.dead_lettered} "
             f"undecodable={self.undecodable} "
             f"verdict={'clean' if self.ok else 'differences'}"
         )
@@ -126,6 +144,7 @@ class CompareReport:
             "allowed_repeats": self.allowed_repeats,
             "timer_assessments_ignored": self.timer_assessments_ignored,
             "undecodable": self.undecodable,
+            "dead_lettered": self.dead_lettered,
             "patterns_compared": self.outputs.patterns_compared,
             "assessments_compared": self.outputs.assessments_compared,
             "state_values_compared": s.values_compared if s is not None else 0,
@@ -261,8 +280,81 @@ def compare_live(
         state_note="not asked for",
         require_state=require_state and compare_state,
     )
-    report.undecodable = len(reader.stats.failures)
+    if reader.stats.failures:
+        report.note_unreplayed(
+            reader.stats.failures, read_dead_letters(bootstrap, prefix, timeout_s=timeout_s)
+        )
     return report
 
 
-__all__ = ["RENDER_LIMIT", "CompareReport", "compare_live", "compare_replay"]
+def read_dead_letters(
+    bootstrap: str, prefix: str, *, timeout_s: float = 30.0
+) -> set[tuple[str, int, int]]:
+    """Source coordinates ``(topic, partition, offset)`` of every record in
+    ``<prefix>.dlq`` (the ``dlq.source.*`` headers the router and the worker set);
+    empty when the topic does not exist."""
+    import time
+    import uuid
+
+    from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+    from streams.router.validate import (
+        DLQ_SOURCE_OFFSET,
+        DLQ_SOURCE_PARTITION,
+        DLQ_SOURCE_TOPIC,
+    )
+    from streams.security import client_config
+
+    topic = f"{prefix}.dlq"
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": f"trajectory-compare-{uuid.uuid4().hex[:12]}",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+            **client_config(None),
+        }
+    )
+    found: set[tuple[str, int, int]] = set()
+    try:
+        meta = consumer.list_topics(topic, timeout=timeout_s).topics.get(topic)
+        if meta is None or meta.error is not None or not meta.partitions:
+            return found
+        ends = {}
+        for p in meta.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=timeout_s)
+            if high > low:
+                ends[p] = high
+        if not ends:
+            return found
+        consumer.assign([TopicPartition(topic, p, 0) for p in ends])
+        deadline = time.monotonic() + timeout_s
+        pending = set(ends)
+        while pending and time.monotonic() < deadline:
+            for msg in consumer.consume(1000, 0.5):
+                err = msg.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        pending.discard(msg.partition())
+                    continue
+                headers = {k: (v or b"") for k, v in (msg.headers() or [])}
+                src = headers.get(DLQ_SOURCE_TOPIC)
+                part = headers.get(DLQ_SOURCE_PARTITION, b"")
+                off = headers.get(DLQ_SOURCE_OFFSET, b"")
+                # a dead letter without coordinates matches no replayed record
+                if src is not None and part.isdigit() and off.isdigit():
+                    found.add((src.decode("utf-8", "replace"), int(part), int(off)))
+                if msg.offset() is not None and msg.offset() >= ends[msg.partition()] - 1:
+                    pending.discard(msg.partition())
+    finally:
+        consumer.close()
+    return found
+
+
+__all__ = [
+    "RENDER_LIMIT",
+    "CompareReport",
+    "compare_live",
+    "compare_replay",
+    "read_dead_letters",
+]

@@ -47,6 +47,8 @@ class _Job:
     #: carried to the child explicitly: a spawned process does not inherit the
     #: parent's ``streams.security.configure`` (CLI flags), only its environment
     security: SecurityConfig
+    #: what live ingest refuses (``streams.replay.reader.IngestCheck``), or None
+    check: Any = None
 
 
 def split_plan(ranges: Sequence[PartitionRange], jobs: int) -> list[list[PartitionRange]]:
@@ -78,6 +80,7 @@ def _work(job: _Job, counter: Any, results: Any) -> None:
             timeout_s=job.timeout_s,
             ranges=job.ranges,
             security=job.security,
+            check=job.check,
         )
         n = 0
 
@@ -108,6 +111,7 @@ def replay_parallel(
     timeout_s: float = 30.0,
     on_progress: Callable[[int], None] | None = None,
     security: SecurityConfig | None = None,
+    check: Any = None,
 ) -> tuple[ReplayResult, ReadStats]:
     """Replay ``ranges`` in up to ``jobs`` processes; merged result and read stats.
 
@@ -131,6 +135,7 @@ def replay_parallel(
             config_path,
             timeout_s,
             sec,
+            check,
         )
         p = ctx.Process(target=_work, args=(job, counter, results), daemon=True)
         p.start()

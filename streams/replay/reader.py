@@ -177,6 +177,45 @@ def session_topics(
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class IngestCheck:
+    """What live ingest refuses, applied to a replay so it sees what the worker saw.
+
+    A replay of the per-session topics reads records the router dead-letters live
+    (oversized, a payload naming another session, a bad ``seq``/``type``/
+    ``timestamp_ms``): replaying them would make the offline answer differ from the
+    live one on exactly the adversarial input where the comparison matters.  So the
+    reader applies the router's own pure checks (``streams.router.validate``) to
+    records of a session topic, and the worker's to records of ``<prefix>.events``
+    (the key is the session id the payload must name).  Picklable, for
+    ``--jobs`` workers.  Returns the reason a record is refused, or None.
+    """
+
+    prefix: str
+    max_message_bytes: int
+
+    def __call__(self, event: object, topic: str, key: bytes | None, size: int) -> str | None:
+        from streams.core.events import TraceEvent
+        from streams.router.validate import Rejected, check_event, session_id_of_topic
+
+        if not isinstance(event, TraceEvent):
+            return None
+        if topic == f"{self.prefix}.events":
+            if key is not None and key != event.session_id.encode("utf-8"):
+                return (
+                    f"session_id: the payload says {event.session_id!r} but the record's key "
+                    f"is {key.decode('utf-8', 'replace')!r} (dead-lettered by the worker)"
+                )
+            return None
+        if size > self.max_message_bytes:
+            return f"message is {size} bytes, over the {self.max_message_bytes}-byte cap"
+        topic_session = session_id_of_topic(self.prefix, topic)
+        if topic_session is None:
+            return None  # not a per-session topic: nothing the router would check
+        verdict = check_event(event, topic_session, topic)
+        return verdict.reason if isinstance(verdict, Rejected) else None
+
+
 class TopicReader(Generic[T]):
     """Reads ``topics`` between two bounds and decodes each value with ``decode``.
 
@@ -205,6 +244,7 @@ class TopicReader(Generic[T]):
         consumer_config: dict[str, Any] | None = None,
         ranges: Sequence[PartitionRange] | None = None,
         security: SecurityConfig | None = None,
+        check: Callable[[T, str, bytes | None, int], str | None] | None = None,
     ) -> None:
         if not topics and not ranges:
             raise ConfigError("topics", "nothing to read: no topic given")
@@ -215,6 +255,8 @@ class TopicReader(Generic[T]):
         self.end = end
         self.strict = strict
         self.key_filter = key_filter
+        #: what live ingest refuses (:class:`IngestCheck`): recorded like a failure
+        self.check = check
         self.batch_size = batch_size
         self.timeout_s = timeout_s
         self.stats = ReadStats()
@@ -363,6 +405,7 @@ class TopicReader(Generic[T]):
         stats = self.stats
         decode = self.decode
         key_filter = self.key_filter
+        check = self.check
         for topic, partition, offset, key, value in self.raw():
             if key_filter is not None and not key_filter(key):
                 continue
@@ -376,6 +419,11 @@ class TopicReader(Generic[T]):
             except (SerdeError, TrajectoryError) as exc:
                 self._fail(topic, partition, offset, f"{type(exc).__name__}: {exc}", exc)
                 continue
+            if check is not None:
+                refused = check(item, topic, key, len(value))
+                if refused is not None:
+                    self._fail(topic, partition, offset, f"refused as live ingest does: {refused}")
+                    continue
             stats.decoded += 1
             yield item
 
@@ -445,6 +493,8 @@ def open_event_reader(
         key_filter = session_key_filter([session] if session else None, sessions)
     else:
         raise ConfigError("--source", f"{source!r}: use 'sessions' or 'events'")
+    from streams.settings import Settings
+
     return TopicReader(
         bootstrap,
         topics,
@@ -455,6 +505,7 @@ def open_event_reader(
         key_filter=key_filter,
         timeout_s=timeout_s,
         security=security,
+        check=IngestCheck(prefix, Settings().max_message_bytes),
     )
 
 

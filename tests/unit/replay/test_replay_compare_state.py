@@ -216,6 +216,7 @@ def test_report_summary_line_and_verdict() -> None:
         "output_differences": "0",
         "allowed_repeats": "1",
         "timer_assessments_ignored": "0",
+        "dead_lettered": "0",
         "undecodable": "0",
         "verdict": "clean",
     }

@@ -1,0 +1,52 @@
+"""A replay refuses what live ingest refuses, and a refused record is only
+consistent with live when live dead-lettered it too."""
+
+from __future__ import annotations
+
+from streams.replay.compare import CompareReport
+from streams.replay.reader import DecodeFailure, IngestCheck
+from streams.replay.replay import LiveDiff
+
+CHECK = IngestCheck("p", max_message_bytes=1000)
+
+
+def _event(session: str = "s1", seq: int = 0, ts: int = 1):
+    from streams.core.events import TraceEvent
+
+    return TraceEvent(type="tool_call", session_id=session, seq=seq, timestamp_ms=ts)
+
+
+def test_a_session_topic_record_naming_another_session_is_refused() -> None:
+    reason = CHECK(_event("other"), "p.session.s1", None, 100)
+    assert reason is not None and reason.startswith("session_id")
+    assert CHECK(_event("s1"), "p.session.s1", None, 100) is None
+
+
+def test_an_oversized_or_badly_numbered_record_is_refused_as_the_router_does() -> None:
+    assert "over the 1000-byte cap" in (CHECK(_event(), "p.session.s1", None, 1001) or "")
+    assert (CHECK(_event(seq=-1), "p.session.s1", None, 10) or "").startswith("seq")
+    assert (CHECK(_event(ts=-5), "p.session.s1", None, 10) or "").startswith("timestamp_ms")
+
+
+def test_an_events_record_whose_key_is_another_session_is_refused_as_the_worker_does() -> None:
+    reason = CHECK(_event("s1"), "p.events", b"s2", 10)
+    assert reason is not None and "key" in reason
+    assert CHECK(_event("s1"), "p.events", b"s1", 10) is None
+    # the size cap is the router's: a routed record is never checked against it again
+    assert CHECK(_event("s1"), "p.events", b"s1", 10_000) is None
+
+
+def test_refused_records_are_consistent_only_when_the_dlq_holds_them() -> None:
+    report = CompareReport(LiveDiff())
+    failures = [
+        DecodeFailure("p.session.s1", 0, 3, "refused as live ingest does: seq"),
+        DecodeFailure("p.session.s1", 0, 7, "MalformedMessageError: ..."),
+    ]
+    report.note_unreplayed(failures, {("p.session.s1", 0, 3)})
+    assert report.dead_lettered == 1 and report.undecodable == 1
+    assert not report.ok
+    assert any("p.session.s1[0]@7" in n for n in report.notes)
+    assert "dead_lettered=1 undecodable=1 verdict=differences" in report.summary()
+    clean = CompareReport(LiveDiff())
+    clean.note_unreplayed(failures, {("p.session.s1", 0, 3), ("p.session.s1", 0, 7)})
+    assert clean.ok and clean.dead_lettered == 2 and clean.undecodable == 0

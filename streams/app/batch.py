@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from streams.core.errors import InvalidEventError, MalformedMessageError, SerdeError
 from streams.core.events import TraceEvent
+from streams.router.validate import event_error
 
 if TYPE_CHECKING:
     from streams.app.metrics import WorkerMetrics
@@ -82,17 +83,52 @@ class OutputError(Exception):
         super().__init__(f"applied, but its outputs cannot be encoded: {cause}")
 
 
+def source_of(record: RecordLike) -> tuple[bytes, bytes, bytes, bytes | None]:
+    """Where an event was first published: (topic, partition, offset, key).
+
+    The router forwards each event with ``src.topic`` / ``src.partition`` /
+    ``src.offset`` headers (and ``src.key`` when the original key was not the
+    session id), so a dead letter made here names the per-session topic record an
+    operator can find, like the router's own (decode once: the router no longer
+    fully decodes, the worker does).  A record without them (written to
+    ``<prefix>.events`` by something else) names its own coordinates.
+    """
+    found: dict[str, bytes] = {}
+    for name, value in getattr(record, "headers", None) or ():
+        if name.startswith("src.") and value is not None:
+            found[name] = bytes(value)
+    topic = found.get("src.topic")
+    if topic is None:
+        return (
+            str(record.topic).encode(),
+            str(record.partition).encode(),
+            str(record.offset).encode(),
+            record.key,
+        )
+    key = found.get("src.key", record.key)
+    return (
+        topic,
+        found.get("src.partition", b""),
+        found.get("src.offset", b""),
+        key if key != b"" or "src.key" not in found else None,
+    )
+
+
 def dlq_headers(exc: BaseException, record: RecordLike) -> Headers:
-    """The router's DLQ header names (``streams.router.validate``), plus ``dlq.stage``."""
+    """The router's DLQ header names (``streams.router.validate``), plus ``dlq.stage``.
+
+    ``dlq.source.*`` name where the event was published (:func:`source_of`).
+    """
     stage = b"worker-output" if isinstance(exc, OutputError) else b"worker"
     if isinstance(exc, OutputError):
         exc = exc.cause
+    topic, partition, offset, _key = source_of(record)
     return [
         ("dlq.reason", str(exc).encode("utf-8", "replace")[:1000]),
         ("dlq.error_class", type(exc).__name__.encode()),
-        ("dlq.source.topic", str(record.topic).encode()),
-        ("dlq.source.partition", str(record.partition).encode()),
-        ("dlq.source.offset", str(record.offset).encode()),
+        ("dlq.source.topic", topic),
+        ("dlq.source.partition", partition),
+        ("dlq.source.offset", offset),
         ("dlq.stage", stage),
     ]
 
@@ -200,6 +236,11 @@ class EventBatchHandler:
                         f"{event.session_id!r} does not match the message key {key!r} "
                         "(producers must key <prefix>.events by session id)",
                     )
+                # seq/type/timestamp_ms: the router's checks, made where the event
+                # is decoded (the router forwards after a framing check only)
+                refused = event_error(event, event.session_id, record.topic)
+                if refused is not None:
+                    raise refused
                 # InvalidEventError from the engine comes before any table changed
                 result = processor.apply(event, record.partition)
                 outs = []
@@ -226,7 +267,9 @@ class EventBatchHandler:
                     metrics.on_dlq(
                         type(exc.cause if isinstance(exc, OutputError) else exc).__name__
                     )
-                sends.append((self.dlq_topic, record.key, value or b"", dlq_headers(exc, record)))
+                sends.append(
+                    (self.dlq_topic, source_of(record)[3], value or b"", dlq_headers(exc, record))
+                )
                 handled.append(record)
                 continue
             except Exception as exc:
@@ -282,4 +325,5 @@ __all__ = [
     "OutputError",
     "RecordLike",
     "dlq_headers",
+    "source_of",
 ]

@@ -162,6 +162,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "per arriving event, which with thousands of session topics costs much CPU",
     )
     parser.add_argument(
+        "--validation",
+        choices=("framing", "full"),
+        default=defaults.validation,
+        help="framing (default): check framing, schema fingerprint and the body's session id "
+        "without a full Avro decode; the worker decodes every event anyway and dead-letters "
+        "the rest with the source coordinates. full: decode and check every event here, so "
+        "<prefix>.events holds only fully valid events (for consumers other than the worker; "
+        "~3x the router's CPU per event)",
+    )
+    parser.add_argument(
         "--no-announcements",
         action="store_true",
         help="ignore <prefix>.control session announcements (rely on --refresh-ms alone)",
@@ -214,6 +224,7 @@ def run(args: argparse.Namespace) -> int:
         metadata_refresh_ms=args.refresh_ms,
         fetch_wait_max_ms=args.fetch_wait_ms,
         fetch_min_bytes=args.fetch_min_bytes,
+        validation=args.validation,
         use_announcements=not args.no_announcements,
         status_interval_s=args.status_every,
     )

@@ -29,6 +29,7 @@ from streams.core.engine import EngineOutput
 from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
 from streams.importers.offline import OfflineAnalyzer
+from streams.router.validate import event_error
 from streams.security import SecurityConfig, client_config
 from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 
@@ -158,6 +159,13 @@ def replay_events(
         if sr is None:
             sr = sessions[sid] = SessionReplay(sid)
         sr.events += 1
+        refused = event_error(event, sid, "")
+        if refused is not None:
+            # what the worker dead-letters (the router forwards it since "decode once")
+            result.rejected.append((sid, event.seq, str(refused)))
+            if on_event is not None:
+                on_event()
+            continue
         try:
             out, records = analyzer.feed_out(event)
         except InvalidEventError as exc:

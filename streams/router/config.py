@@ -37,6 +37,9 @@ from typing import Final, Literal, get_args
 from streams.core.errors import ConfigError
 
 Guarantee = Literal["exactly-once", "at-least-once"]
+Validation = Literal["framing", "full"]
+#: The accepted values of :attr:`RouterConfig.validation`, default first.
+VALIDATIONS: Final[tuple[Validation, ...]] = get_args(Validation)
 #: The accepted values of :attr:`RouterConfig.guarantee`, default first.
 GUARANTEES: Final[tuple[Guarantee, ...]] = get_args(Guarantee)
 #: ``linger.ms`` of the router's producer when :attr:`RouterConfig.linger_ms` is unset.
@@ -95,6 +98,16 @@ class RouterConfig:
     #: p50 24 / p99 ~85 ms to p50 ~50 / p99 130-214 ms, so the default stays 1.
     #: Raise it on a CPU-starved router where ~25-50 ms more latency is acceptable.
     fetch_min_bytes: int = 1
+    #: What the router checks before forwarding (issue #12, "decode once"):
+    #: ``"framing"`` (default): topic, size, framing, writer-schema fingerprint and
+    #: the body's ``session_id`` == the topic's session, without a full Avro decode;
+    #: the worker, which decodes every event anyway, checks the rest and
+    #: dead-letters with the same reasons and source coordinates
+    #: (``streams.router.validate.check_routing``).  ``"full"``: the router decodes
+    #: and checks every event itself (``check_message``), so ``<prefix>.events``
+    #: holds only fully valid events, for consumers other than the worker.
+    #: A custom decoder without ``check_framing`` always gets ``"full"``.
+    validation: Validation = "framing"
     #: React to session announcements on ``<prefix>.control`` with an immediate
     #: metadata refresh (measured ~3x faster pickup than the periodic refresh alone).
     use_announcements: bool = True
@@ -120,6 +133,11 @@ class RouterConfig:
             raise ConfigError(
                 "guarantee",
                 f"{self.guarantee!r}: must be one of {', '.join(map(repr, GUARANTEES))}",
+            )
+        if self.validation not in VALIDATIONS:
+            raise ConfigError(
+                "validation",
+                f"{self.validation!r}: must be one of {', '.join(map(repr, VALIDATIONS))}",
             )
         if self.linger_ms is not None and (
             isinstance(self.linger_ms, bool)

@@ -87,10 +87,16 @@ from streams.router.config import RouterConfig
 from streams.router.metrics import RouterMetrics
 from streams.router.stats import RouterStats, format_status
 from streams.router.validate import (
+    SRC_KEY,
+    SRC_OFFSET,
+    SRC_PARTITION,
+    SRC_TOPIC,
     Accepted,
     EventDecoder,
     Rejected,
+    Verdict,
     check_message,
+    check_routing,
     dlq_headers,
     session_id_of_topic,
 )
@@ -229,6 +235,13 @@ class Router:
         self.settings = settings
         self.config = config or RouterConfig()
         self._decoder = decoder if decoder is not None else default_decoder(settings)
+        #: check_routing (no full decode) unless configured "full" or the decoder
+        #: cannot check framing alone (RouterConfig.validation).
+        self._check: Callable[..., Verdict] = (
+            check_routing
+            if self.config.validation == "framing" and hasattr(self._decoder, "check_framing")
+            else check_message
+        )
         self._extra_consumer = dict(extra_consumer_config or {})
         self._extra_producer = dict(extra_producer_config or {})
         self._stop = threading.Event()
@@ -876,7 +889,7 @@ class Router:
             self._handle_announcement(msg)
             return
         value = msg.value()
-        verdict = check_message(
+        verdict = self._check(
             value,
             topic,
             prefix=self._prefix,
@@ -889,7 +902,15 @@ class Router:
                 if len(self._keys) >= 100_000:  # bounded: sessions come and go
                     self._keys.clear()
                 key = self._keys[verdict.session_id] = verdict.session_id.encode("utf-8")
-            self._produce(self._events_topic, value, key, msg.headers(), msg.timestamp()[1])
+            # Where it came from, for the worker's dead letters (decode once).
+            headers: Any = msg.headers() or []  # a fresh list per consumed message
+            headers.append((SRC_TOPIC, topic.encode()))
+            headers.append((SRC_PARTITION, b"%d" % (msg.partition() or 0)))
+            headers.append((SRC_OFFSET, b"%d" % (msg.offset() or 0)))
+            src_key = msg.key()
+            if src_key != key:
+                headers.append((SRC_KEY, src_key if src_key is not None else b""))
+            self._produce(self._events_topic, value, key, headers, msg.timestamp()[1])
             self._txn_routed += 1
             if self.metrics is not None:
                 self.metrics.on_accepted(verdict.type)

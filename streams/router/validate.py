@@ -93,34 +93,38 @@ def _reject(exc: Exception) -> Rejected:
 
 def check_event(ev: TraceEvent, topic_session: str, topic: str) -> Verdict:
     """Semantic checks on a decoded event (the schema cannot express these)."""
+    error = event_error(ev, topic_session, topic)
+    if error is not None:
+        return _reject(error)
+    return Accepted(session_id=ev.session_id, seq=ev.seq, type=ev.type)
+
+
+def event_error(ev: TraceEvent, topic_session: str, topic: str) -> InvalidEventError | None:
+    """What :func:`check_event` refuses, as the error to raise (None: the event is fine).
+
+    The worker calls it on every event it decodes (``streams.app.batch``), so
+    the checks hold whether or not the router decoded the event (``validation``).
+    """
     if not isinstance(ev.session_id, str) or ev.session_id != topic_session:
-        return _reject(
-            InvalidEventError(
-                "session_id",
-                f"event says {ev.session_id!r} but was published on {topic!r} "
-                f"(session {topic_session!r}); publish each session's events on its own "
-                "topic (Settings.session_topic)",
-            )
+        return InvalidEventError(
+            "session_id",
+            f"event says {ev.session_id!r} but was published on {topic!r} "
+            f"(session {topic_session!r}); publish each session's events on its own "
+            "topic (Settings.session_topic)",
         )
     if isinstance(ev.seq, bool) or not isinstance(ev.seq, int) or ev.seq < 0:
-        return _reject(
-            InvalidEventError("seq", f"{ev.seq!r}: must be an int >= 0 (0-based, per session)")
-        )
+        return InvalidEventError("seq", f"{ev.seq!r}: must be an int >= 0 (0-based, per session)")
     if ev.type not in EVENT_TYPES:
-        return _reject(
-            InvalidEventError("type", f"{ev.type!r} is not one of {', '.join(EVENT_TYPES)}")
-        )
+        return InvalidEventError("type", f"{ev.type!r} is not one of {', '.join(EVENT_TYPES)}")
     if (
         isinstance(ev.timestamp_ms, bool)
         or not isinstance(ev.timestamp_ms, int)
         or ev.timestamp_ms < 0
     ):
-        return _reject(
-            InvalidEventError(
-                "timestamp_ms", f"{ev.timestamp_ms!r}: must be epoch milliseconds (int >= 0)"
-            )
+        return InvalidEventError(
+            "timestamp_ms", f"{ev.timestamp_ms!r}: must be epoch milliseconds (int >= 0)"
         )
-    return Accepted(session_id=ev.session_id, seq=ev.seq, type=ev.type)
+    return None
 
 
 def check_message(
@@ -162,6 +166,112 @@ def check_message(
     return check_event(ev, topic_session, topic)
 
 
+class FramingDecoder(EventDecoder, Protocol):
+    """A decoder that can also check the framing alone (``EventSerde`` is one)."""
+
+    def check_framing(self, data: bytes) -> tuple[bool, int]: ...
+
+
+#: Headers the router adds to every forwarded event: where it was published (the
+#: worker puts them on a dead letter as ``dlq.source.*``), and the original key when
+#: it differs from the session id the router keys ``<prefix>.events`` by.
+SRC_TOPIC = "src.topic"
+SRC_PARTITION = "src.partition"
+SRC_OFFSET = "src.offset"
+SRC_KEY = "src.key"
+
+
+def _long_at(data: bytes, pos: int) -> tuple[int, int]:
+    """The zig-zag varint Avro ``long`` at ``pos`` and the position after it."""
+    shift = 0
+    acc = 0
+    while True:
+        if pos >= len(data) or shift > 63:
+            raise MalformedMessageError(
+                "io.trajectory.v1.TraceEvent: invalid Avro body (EOFError: a varint runs past "
+                "the end); truncated or not written with this schema"
+            )
+        b = data[pos]
+        pos += 1
+        acc |= (b & 0x7F) << shift
+        if b < 0x80:
+            return (acc >> 1) ^ -(acc & 1), pos
+        shift += 7
+
+
+#: Number of symbols of the bundled ``EventType`` enum (``unknown`` is the last).
+_ENUM_SYMBOLS = len(EVENT_TYPES) + 1
+
+
+def check_routing(
+    value: bytes | None,
+    topic: str,
+    *,
+    prefix: str,
+    decoder: FramingDecoder,
+    max_message_bytes: int,
+) -> Verdict:
+    """Decide about one message WITHOUT a full Avro decode ("decode once", issue #12).
+
+    Checks the topic, size, framing and writer-schema fingerprint (or Confluent
+    schema id), then reads only the first two fields of the body (``type``, an enum
+    index, and ``session_id``, a string: the schema's first two fields) and
+    refuses an event whose ``session_id`` is not the topic's session.  A body
+    written with another (known) writer schema is fully decoded, as before.
+
+    Everything else (a truncated or trailing body, ``seq``/``timestamp_ms``, JSON
+    fields) is checked by the worker, which decodes every event anyway and
+    dead-letters with the same reasons and the source coordinates the router
+    forwards in ``src.*`` headers (``streams.app.batch``).  The returned
+    :class:`Accepted` has ``seq`` -1: the router did not read it.
+    """
+    topic_session = session_id_of_topic(prefix, topic)
+    if topic_session is None or value is None or len(value) == 0:
+        return check_message(
+            value, topic, prefix=prefix, decoder=decoder, max_message_bytes=max_message_bytes
+        )
+    if len(value) > max_message_bytes:
+        return check_message(
+            value, topic, prefix=prefix, decoder=decoder, max_message_bytes=max_message_bytes
+        )
+    try:
+        resolve, pos = decoder.check_framing(value)
+        if resolve:  # another writer schema: field order may differ, decode fully
+            return check_event(decoder.decode(value), topic_session, topic)
+        index, pos = _long_at(value, pos)
+        if not 0 <= index < _ENUM_SYMBOLS - 1:
+            raise MalformedMessageError(
+                f"io.trajectory.v1.TraceEvent: type: enum index {index} is not a known "
+                "event type; written by a newer schema or corrupt"
+            )
+        length, pos = _long_at(value, pos)
+        end = pos + length
+        if length < 0 or end > len(value):
+            raise MalformedMessageError(
+                "io.trajectory.v1.TraceEvent: invalid Avro body (session_id runs past the "
+                "end); truncated or not written with this schema"
+            )
+        sid = value[pos:end]
+    except (SerdeError, InvalidEventError) as exc:
+        return _reject(exc)
+    if sid != _session_bytes(topic_session):
+        shown = sid.decode("utf-8", "replace")
+        return _reject(
+            InvalidEventError(
+                "session_id",
+                f"event says {shown!r} but was published on {topic!r} "
+                f"(session {topic_session!r}); publish each session's events on its own "
+                "topic (Settings.session_topic)",
+            )
+        )
+    return Accepted(session_id=topic_session, seq=-1, type=EVENT_TYPES[index])
+
+
+@lru_cache(maxsize=1 << 16)
+def _session_bytes(session: str) -> bytes:
+    return session.encode("utf-8")
+
+
 def dlq_headers(
     rejected: Rejected,
     topic: str,
@@ -189,13 +299,20 @@ __all__ = [
     "DLQ_SOURCE_OFFSET",
     "DLQ_SOURCE_PARTITION",
     "DLQ_SOURCE_TOPIC",
+    "SRC_KEY",
+    "SRC_OFFSET",
+    "SRC_PARTITION",
+    "SRC_TOPIC",
     "Accepted",
     "EventDecoder",
+    "FramingDecoder",
     "Rejected",
     "Verdict",
     "check_event",
     "check_message",
+    "check_routing",
     "dlq_headers",
+    "event_error",
     "session_id_of_topic",
     "session_prefix",
 ]

@@ -198,8 +198,19 @@ class AvroSerde(abc.ABC, Generic[T]):
         return CONFLUENT_MAGIC + struct.pack(">I", self._confluent_id)
 
     # -- decode ------------------------------------------------------------
-    def decode(self, data: bytes) -> T:
-        """Decode framed bytes (either framing) into a value."""
+    def check_framing(self, data: bytes) -> tuple[bool, int]:
+        """Check what precedes the Avro body, without decoding the body.
+
+        Raises exactly what :meth:`decode` raises for a bad size, framing or
+        unknown schema.  Returns ``(resolve, offset)``: whether the writer schema
+        differs from the bundled one (the body needs schema resolution) and
+        where the body starts.  The router uses it to forward an event without a
+        full decode (the worker decodes it anyway, docs/guarantees.md).
+        """
+        _writer, resolve, offset = self._frame(data)
+        return resolve, offset
+
+    def _frame(self, data: bytes) -> tuple[Any, bool, int]:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise MalformedMessageError(
                 f"{self.full_name}: expected bytes, got {type(data).__name__}"
@@ -221,6 +232,12 @@ class AvroSerde(abc.ABC, Generic[T]):
                 f"{self.full_name}: first byte 0x{first:02x} is neither the Avro single-object "
                 "marker C3 01 nor the Confluent magic byte 00"
             )
+        return writer, resolve, offset
+
+    def decode(self, data: bytes) -> T:
+        """Decode framed bytes (either framing) into a value."""
+        writer, resolve, offset = self._frame(data)
+        size = len(data)
         buf = io.BytesIO(data)
         buf.seek(offset)
         try:

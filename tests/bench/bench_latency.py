@@ -283,6 +283,58 @@ class StageProbe:
         )
 
 
+def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float) -> None:
+    """CPU microseconds per event for each stage of one phase (issue #12).
+
+    ``bench`` is this process: the SDK publisher AND the assessment subscriber (one
+    process; the subscriber's share is small: one assessment per few events).  The
+    pipeline total (broker + router + worker) is what a fleet pays per event on the
+    server side; ``core alone`` is the detector engine over the same number of
+    simulator events in memory (``core_alone_us``), the floor the worker cannot go
+    below.  Cores at 1,000 events/s = us/event / 1,000.
+    """
+    if events <= 0:
+        return
+    names = {
+        "bench": "SDK publish (+ subscriber)",
+        "broker": "broker",
+        "router": "router",
+        "worker": "worker",
+    }
+    print("  CPU per event (us), this phase:")
+    total = 0.0
+    for key, label in names.items():
+        if key in proc_cpu:
+            us = 1e6 * proc_cpu[key] / events
+            total += us
+            print(f"    {label:<28} {us:8.1f}")
+    pipeline = sum(
+        1e6 * proc_cpu[k] / events for k in ("broker", "router", "worker") if k in proc_cpu
+    )
+    print(f"    {'broker + router + worker':<28} {pipeline:8.1f}")
+    print(f"    {'end to end (all above)':<28} {total:8.1f}")
+    print(f"    {'core alone (in memory)':<28} {core_alone_us():8.1f}")
+    print(f"    p99 SDK publish -> assessment delivered: {p99:.0f} ms", flush=True)
+
+
+_CORE_US: list[float] = []
+
+
+def core_alone_us(n: int = 20_000) -> float:
+    """CPU us per event of the detector core alone (all default detectors), on a
+    simulated fleet (``streams.sim``, 1,000 open sessions), measured once."""
+    if not _CORE_US:
+        from streams.core.config import EngineConfig
+        from streams.replay.replay import replay_events
+        from streams.sim.events import fleet_events
+
+        events = fleet_events(n, 1000, seed=7, prefix="core")
+        cpu0 = time.process_time()
+        replay_events(events, EngineConfig())
+        _CORE_US.append(1e6 * (time.process_time() - cpu0) / len(events))
+    return _CORE_US[0]
+
+
 def pct(values: list[int], q: float) -> float:
     if not values:
         return float("nan")
@@ -525,6 +577,7 @@ def main() -> int:
                             flush=True,
                         )
                         print(f"  hops: {probe.split(phase_rows)}", flush=True)
+                        print_cpu_table(proc_cpu, n, r["p99"])
                         print(
                             "  CPU (cores busy over the phase, of "
                             f"{os.cpu_count()}): "

@@ -97,9 +97,17 @@ def test_thousand_events_malformed_restart_and_new_topic(
             assert headers.get("dlq.reason"), label
             assert headers["dlq.source.topic"] == settings.session_topic(sids[0]), label
             assert headers["dlq.source.offset"].isdigit(), label
-        # nothing else went to the DLQ, and the events topic holds exactly the valid ones
+        # nothing else went to the DLQ; the events topic holds exactly the valid ones
+        # plus the truncated one: the router checks framing, schema and session without
+        # a full decode (decode once), the worker refuses a truncated body
         assert len(dlq) == len(bad)
-        assert len(read_all(settings, settings.events_topic)) == 1000
+        stages = {label: headers.get("dlq.stage") for label, headers in by_key.items()}
+        assert stages == {label: ("worker" if label == "truncated" else None) for label in bad}, (
+            stages
+        )
+        routed = read_all(settings, settings.events_topic)
+        assert len(routed) == 1000 + 1
+        assert bad["truncated"] in {value for _key, value in routed}
 
         # restart with a FRESH data dir: the tables come back from their changelogs
         assert worker.stop() == 0

@@ -161,7 +161,11 @@ def test_routes_valid_events_exactly_once_and_dead_letters_bad_ones(
         )
     offsets = publish(settings.bootstrap, items)
 
-    config = RouterConfig(batch_max_messages=150, batch_max_ms=50, status_interval_s=0)
+    # "full": this router decodes every event itself (the default "framing" leaves a
+    # truncated body and a bad seq to the worker: test_framing_validation_* below)
+    config = RouterConfig(
+        batch_max_messages=150, batch_max_ms=50, status_interval_s=0, validation="full"
+    )
     with Router(settings, config) as router:
         stats = router.run(
             until=lambda s: s.routed >= 1000 and s.dead_lettered >= len(bad), max_seconds=60
@@ -177,7 +181,14 @@ def test_routes_valid_events_exactly_once_and_dead_letters_bad_ones(
     assert got == valid  # every valid event, byte-identical, exactly once, keyed by session
     by_session: dict[str, list[tuple[int, int, int]]] = defaultdict(list)
     for m in events:
-        assert headers_of(m) == {"ct": b"avro"}  # publisher headers travel along
+        h = headers_of(m)
+        assert h["ct"] == b"avro"  # publisher headers travel along
+        # ... and where the event was published, for the worker's dead letters
+        sid = m.key().decode()
+        assert h["src.topic"] == settings.session_topic(sid).encode()
+        assert h["src.partition"] == b"0" and h["src.offset"].isdigit()
+        assert "src.key" not in h  # published keyed by its session id
+        assert set(h) == {"ct", "src.topic", "src.partition", "src.offset"}
         by_session[m.key().decode()].append(
             (m.partition(), m.offset(), SERDE.decode(m.value()).seq)
         )
@@ -210,6 +221,57 @@ def test_routes_valid_events_exactly_once_and_dead_letters_bad_ones(
         assert h[DLQ_SOURCE_PARTITION] == b"0"
         assert m.value() == value  # the original bytes, for inspection/replay
         assert m.key() == b"bad"
+
+
+def test_framing_validation_refuses_what_it_can_see_and_forwards_the_rest_with_its_source(
+    settings: Settings, create_topics: Any
+) -> None:
+    """Default ``validation="framing"`` (decode once): framing, schema, session and size
+    are refused here; a truncated tail and a negative seq are forwarded, with the
+    ``src.*`` headers the worker's dead letters carry (tests/unit/app/test_batch.py)."""
+    settings = settings.with_(max_message_bytes=8192)
+    create_topics(*(settings.session_topic(s) for s in ("f0", "f1")))
+    good = SERDE.encode(event("f0", 1))
+    unknown_fp = bytearray(good)
+    unknown_fp[2:10] = struct.pack("<Q", 0xDEAD_BEEF_DEAD_BEEF)
+    t0 = settings.session_topic("f0")
+    refused = {
+        b"garbage": (b"\xff\x00 definitely not avro", "MalformedMessageError"),
+        b"unknown_fp": (bytes(unknown_fp), "UnknownSchemaError"),
+        b"wrong_session": (SERDE.encode(event("f1", 3)), "InvalidEventError"),
+        b"oversized": (SERDE.encode(event("f0", 4, text="x" * 20_000)), "OversizedMessageError"),
+    }
+    forwarded = {b"truncated": good[:-6], b"negative_seq": SERDE.encode(event("f0", -1))}
+    items: list[tuple[str, bytes | None, bytes, Any]] = [(t0, b"f0", good, None)]
+    items += [(t0, k, v, None) for k, (v, _) in refused.items()]
+    items += [(t0, k, v, None) for k, v in forwarded.items()]
+    offsets = publish(settings.bootstrap, items)
+
+    config = RouterConfig(batch_max_messages=150, batch_max_ms=50, status_interval_s=0)
+    assert config.validation == "framing"
+    with Router(settings, config) as router:
+        stats = router.run(
+            until=lambda s: s.routed >= 3 and s.dead_lettered >= len(refused), max_seconds=60
+        )
+    assert (stats.routed, stats.dead_lettered) == (3, len(refused)), stats
+    dlq = {m.key(): m for m in read_topic(settings.bootstrap, settings.dlq_topic, 4)}
+    assert set(dlq) == set(refused)
+    for key, (value, cls) in refused.items():
+        h = headers_of(dlq[key])
+        assert h[DLQ_ERROR_CLASS].decode() == cls, (key, h)
+        assert dlq[key].value() == value or cls == "OversizedMessageError"
+        assert h[DLQ_SOURCE_TOPIC] == t0.encode()
+    assert "session_id: event says 'f1'" in headers_of(dlq[b"wrong_session"])[DLQ_REASON].decode()
+    events = read_topic(settings.bootstrap, settings.events_topic, 3)
+    by_value = {m.value(): headers_of(m) for m in events}
+    assert set(by_value) == {good, *forwarded.values()}
+    for i, (_, key, value, _) in enumerate(items):
+        if value in by_value:
+            h = by_value[value]
+            assert h["src.topic"] == t0.encode()
+            assert h["src.offset"] == str(offsets[(t0, i)]).encode()
+            assert h.get("src.key") == (None if key == b"f0" else key)
+    assert all(m.key() == b"f0" for m in events)
 
 
 def _run_in_thread(router: Router) -> threading.Thread:

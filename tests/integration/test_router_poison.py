@@ -92,6 +92,8 @@ def test_poison_json_is_dead_lettered_and_ingest_goes_on(
         str(settings.max_message_bytes),
         "--status-every",
         "1",
+        "--validation",
+        "full",  # the router decodes (default "framing": the worker refuses these)
     )
     try:
         deadline = time.monotonic() + 90

@@ -33,6 +33,7 @@ class Rec:
     value: bytes | None
     topic: str = "t.events"
     partition: int = 0
+    headers: tuple[tuple[str, bytes], ...] = ()
 
 
 def records(events: list[TraceEvent], start: int = 0) -> list[Rec]:
@@ -114,6 +115,49 @@ def test_bad_records_are_dead_lettered_with_reasons_and_the_batch_goes_on() -> N
     assert "does not match the message key" in reasons[1]
     assert "tombstone" in reasons[2]
     assert h.committable("t.events", 0) == 5
+    assert h.processor.applied == 2
+
+
+def _src(topic: str, partition: int, offset: int, key: bytes | None = None) -> Any:
+    """The headers the router puts on a forwarded event (streams/router/router.py)."""
+    h = [("ct", b"avro"), ("src.topic", topic.encode()), ("src.partition", b"%d" % partition)]
+    h.append(("src.offset", b"%d" % offset))
+    if key is not None:
+        h.append(("src.key", key))
+    return tuple(h)
+
+
+def test_what_the_router_no_longer_checks_is_dead_lettered_with_the_source_coordinates() -> None:
+    """Decode once: the router forwards after a framing check; the worker refuses a
+    truncated body and a bad seq/timestamp, naming the per-session topic record."""
+    good = looping(2)
+    truncated = SERDE.encode(good[1])[:-4]
+    negative = SERDE.encode(TraceEvent("message", "s1", -1, 5, text="x"))
+    bad_ts = SERDE.encode(TraceEvent("message", "s1", 9, -5, text="x"))
+    recs = [
+        Rec(0, b"s1", SERDE.encode(good[0]), headers=_src("t.session.s1", 0, 40)),
+        Rec(1, b"s1", truncated, headers=_src("t.session.s1", 0, 41, key=b"label-1")),
+        Rec(2, b"s1", negative, headers=_src("t.session.s1", 0, 42)),
+        Rec(3, b"s1", bad_ts, headers=_src("t.session.s1", 0, 43, key=b"")),
+        Rec(4, b"s1", SERDE.encode(good[1]), headers=_src("t.session.s1", 0, 44)),
+    ]
+    sent = Sent()
+    h = handler(sent)
+    stats = asyncio.run(h.handle(recs))
+    assert stats.events == 5 and stats.dead_lettered == 3
+    dlq = sent.to("t.dlq")
+    heads = [dict(hd) for _, _, _, hd in dlq]
+    assert [(d["dlq.source.topic"], d["dlq.source.offset"]) for d in heads] == [
+        (b"t.session.s1", b"41"),
+        (b"t.session.s1", b"42"),
+        (b"t.session.s1", b"43"),
+    ]
+    assert all(d["dlq.source.partition"] == b"0" for d in heads)
+    assert "invalid Avro body" in heads[0]["dlq.reason"].decode()
+    assert heads[1]["dlq.reason"].decode().startswith("seq: -1")
+    assert heads[2]["dlq.reason"].decode().startswith("timestamp_ms: -5")
+    assert [k for _, k, _, _ in dlq] == [b"label-1", b"s1", None]  # the original keys
+    assert [v for _, _, v, _ in dlq] == [truncated, negative, bad_ts]  # the original bytes
     assert h.processor.applied == 2
 
 

@@ -196,7 +196,12 @@ class IngestCheck:
 
     def __call__(self, event: object, topic: str, key: bytes | None, size: int) -> str | None:
         from streams.core.events import TraceEvent
-        from streams.router.validate import Rejected, check_event, session_id_of_topic
+        from streams.router.validate import (
+            Rejected,
+            check_event,
+            event_error,
+            session_id_of_topic,
+        )
 
         if not isinstance(event, TraceEvent):
             return None
@@ -206,7 +211,10 @@ class IngestCheck:
                     f"session_id: the payload says {event.session_id!r} but the record's key "
                     f"is {key.decode('utf-8', 'replace')!r} (dead-lettered by the worker)"
                 )
-            return None
+            # the router forwards after a framing check (decode once): the worker
+            # runs the event checks where it decodes, and so does the replay
+            refused = event_error(event, event.session_id, topic)
+            return str(refused) if refused is not None else None
         if size > self.max_message_bytes:
             return f"message is {size} bytes, over the {self.max_message_bytes}-byte cap"
         topic_session = session_id_of_topic(self.prefix, topic)
@@ -214,6 +222,20 @@ class IngestCheck:
             return None  # not a per-session topic: nothing the router would check
         verdict = check_event(event, topic_session, topic)
         return verdict.reason if isinstance(verdict, Rejected) else None
+
+
+def published_at(
+    topic: str, partition: int, offset: int, headers: list[tuple[str, bytes | None]] | None
+) -> tuple[str, int, int]:
+    """Where a record was first published: the router forwards each event to
+    ``<prefix>.events`` with ``src.topic`` / ``src.partition`` / ``src.offset``
+    headers, and the worker's dead letters name those coordinates; a record without
+    them is its own origin."""
+    found = {k: v for k, v in headers or () if k.startswith("src.") and v is not None}
+    src, part, off = found.get("src.topic"), found.get("src.partition"), found.get("src.offset")
+    if src is None or part is None or off is None or not (part.isdigit() and off.isdigit()):
+        return topic, partition, offset
+    return src.decode("utf-8", "replace"), int(part), int(off)
 
 
 class TopicReader(Generic[T]):
@@ -349,8 +371,9 @@ class TopicReader(Generic[T]):
         return sum(r.size for r in self.plan())
 
     # -- reading -----------------------------------------------------------
-    def raw(self) -> Iterator[tuple[str, int, int, bytes | None, bytes | None]]:
-        """``(topic, partition, offset, key, value)`` of every record in range."""
+    def raw(self, headers: bool = False) -> Iterator[Any]:
+        """``(topic, partition, offset, key, value)`` of every record in range, plus
+        the record's headers list as a sixth item when ``headers``."""
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         ranges = [r for r in self.plan() if r.size > 0]
@@ -395,7 +418,10 @@ class TopicReader(Generic[T]):
                         continue
                     if offset + 1 >= stop:
                         pending.discard(tkey)
-                    yield topic, partition, offset, msg.key(), msg.value()
+                    if headers:
+                        yield topic, partition, offset, msg.key(), msg.value(), msg.headers()
+                    else:
+                        yield topic, partition, offset, msg.key(), msg.value()
         finally:
             self.stats.elapsed_s += time.monotonic() - began
             consumer.close()
@@ -406,7 +432,7 @@ class TopicReader(Generic[T]):
         decode = self.decode
         key_filter = self.key_filter
         check = self.check
-        for topic, partition, offset, key, value in self.raw():
+        for topic, partition, offset, key, value, headers in self.raw(headers=True):
             if key_filter is not None and not key_filter(key):
                 continue
             stats.records += 1
@@ -417,12 +443,14 @@ class TopicReader(Generic[T]):
             try:
                 item = decode(value)
             except (SerdeError, TrajectoryError) as exc:
-                self._fail(topic, partition, offset, f"{type(exc).__name__}: {exc}", exc)
+                where = published_at(topic, partition, offset, headers)
+                self._fail(*where, f"{type(exc).__name__}: {exc}", exc)
                 continue
             if check is not None:
                 refused = check(item, topic, key, len(value))
                 if refused is not None:
-                    self._fail(topic, partition, offset, f"refused as live ingest does: {refused}")
+                    where = published_at(topic, partition, offset, headers)
+                    self._fail(*where, f"refused as live ingest does: {refused}")
                     continue
             stats.decoded += 1
             yield item

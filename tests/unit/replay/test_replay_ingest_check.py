@@ -50,3 +50,18 @@ def test_refused_records_are_consistent_only_when_the_dlq_holds_them() -> None:
     clean = CompareReport(LiveDiff())
     clean.note_unreplayed(failures, {("p.session.s1", 0, 3), ("p.session.s1", 0, 7)})
     assert clean.ok and clean.dead_lettered == 2 and clean.undecodable == 0
+
+
+def test_an_events_record_the_worker_refuses_is_refused_in_replay_too() -> None:
+    # decode once: the router forwards after a framing check, the worker checks seq
+    reason = CHECK(_event("s1", seq=-1), "p.events", b"s1", 10)
+    assert reason is not None and reason.startswith("seq")
+
+
+def test_a_forwarded_record_is_located_where_it_was_published() -> None:
+    from streams.replay.reader import published_at
+
+    src = [("src.topic", b"p.session.s1"), ("src.partition", b"0"), ("src.offset", b"41")]
+    assert published_at("p.events", 2, 900, src) == ("p.session.s1", 0, 41)
+    assert published_at("p.events", 2, 900, None) == ("p.events", 2, 900)
+    assert published_at("p.events", 2, 900, [("src.topic", b"x")]) == ("p.events", 2, 900)

@@ -127,6 +127,9 @@ class ChaosResult:
     dlq_matched_without_reason: int = 0
     dlq_missing_by_class: dict[str, int] = field(default_factory=dict)
     dlq_duplicates: int = 0
+    #: inputs dead-lettered more than once with differing content (a consumer
+    #: cannot tell which is right); identical repeats are allowed
+    dlq_conflicting_duplicates: int = 0
     dlq_other_records: int = 0
     abuse_sessions_wrong: list[str] = field(default_factory=list)
     compare_live_rc: int | None = None
@@ -866,6 +869,10 @@ def _collect(
     result.malformed_produced = injector.produced
     result.dlq_expected = sum(1 for idx in dlq_items if idx in injector.landed)
     seen: Counter[int] = Counter()
+    # a repeat of a dead letter (the worker is at-least-once: a SIGKILL before its
+    # offset commit writes it again) is told apart by its dlq.source.*; it is
+    # allowed when identical (value, reason, class), like an output repeat
+    contents: dict[int, set[tuple[bytes, bytes, bytes]]] = {}
     with_reason: set[int] = set()
     for m in _read_topic(settings.bootstrap, settings.dlq_topic):
         headers = {k: (v or b"") for k, v in (m.headers() or [])}
@@ -884,9 +891,13 @@ def _collect(
             result.dlq_other_records += 1
             continue
         seen[idx] += 1
+        contents.setdefault(idx, set()).add(
+            (m.value() or b"", headers.get(DLQ_REASON, b""), headers.get("dlq.error_class", b""))
+        )
         if headers.get(DLQ_REASON, b"").strip():
             with_reason.add(idx)
     result.dlq_duplicates = sum(c - 1 for c in seen.values() if c > 1)
+    result.dlq_conflicting_duplicates = sum(1 for c in contents.values() if len(c) > 1)
     result.dlq_matched_with_reason = len(with_reason)
     result.dlq_matched_without_reason = len(set(seen) - with_reason)
     missing: Counter[str] = Counter()
@@ -1020,7 +1031,9 @@ def format_figures(r: ChaosResult) -> str:
         f"{'  in the DLQ with a dlq.reason':<44} {r.dlq_matched_with_reason} "
         f"({100 * r.dlq_share:.1f}%)",
         f"{'  missing from the DLQ, by class':<44} {r.dlq_missing_by_class or 'none'}",
-        f"{'  DLQ duplicates / other DLQ records':<44} {r.dlq_duplicates} / {r.dlq_other_records}",
+        f"{'  DLQ repeats identical / differing / other':<44} "
+        f"{r.dlq_duplicates - r.dlq_conflicting_duplicates} / {r.dlq_conflicting_duplicates}"
+        f" / {r.dlq_other_records}",
         f"{'abuse sessions (ooo seq, clock skew) wrong':<44} {len(r.abuse_sessions_wrong)}",
         f"{'replay --compare-live':<44} {r.compare_live_verdict}",
     ]

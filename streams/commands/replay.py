@@ -203,7 +203,11 @@ def run(args: argparse.Namespace) -> int:
             result.events,
             elapsed,
             f" from {len(result.sessions)} session(s)"
-            + (f", {len(reader.stats.failures)} undecodable" if reader.stats.failures else ""),
+            + (
+                f", {len(reader.stats.failures)} undecodable or refused"
+                if reader.stats.failures
+                else ""
+            ),
         ),
         file=sys.stderr,
     )

@@ -146,13 +146,15 @@ def counted(items: Iterable[T], bar: Any) -> Iterator[T]:
 
 
 def report_failures(reader: Any, command: str, limit: int = 20) -> None:
-    """Print undecodable records (topic/partition/offset and why) on stderr."""
+    """Print the records not replayed (topic/partition/offset and why) on stderr:
+    undecodable ones, and ones refused as live ingest refuses them (the router's
+    and the worker's checks, which dead-letter them live)."""
     failures = reader.stats.failures
     if not failures:
         return
     print(
-        f"trajectory {command}: {len(failures)} undecodable record(s) were not processed "
-        "(--strict to fail instead):",
+        f"trajectory {command}: {len(failures)} record(s) not processed, undecodable or "
+        "refused as live ingest refuses them (--strict to fail instead):",
         file=sys.stderr,
     )
     for f in failures[:limit]:

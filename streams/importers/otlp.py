@@ -59,11 +59,11 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from streams.core.errors import ImportFormatError
 from streams.core.events import EventType, JsonValue, TraceEvent
@@ -283,83 +283,69 @@ def _resource_attrs(container: Mapping[str, Any]) -> dict[str, JsonValue]:
     return attributes(resource) if isinstance(resource, Mapping) else {}
 
 
-def spans_from_json(doc: Mapping[str, Any]) -> Iterator[tuple[str, Span | MappingError]]:
-    """``(where, span)`` for every span of an ``ExportTraceServiceRequest`` in JSON.
+_T = TypeVar("_T")
 
-    A span that cannot be normalized comes as ``(where, MappingError)`` so a caller
+
+def _walk_json(
+    doc: Mapping[str, Any],
+    names: tuple[str, str, str],
+    convert: Callable[[Mapping[str, Any], Mapping[str, JsonValue], str], _T],
+) -> Iterator[tuple[str, _T | MappingError]]:
+    """``(where, item)`` for every item of an OTLP JSON request: resource ->
+    scope -> item (``names``, e.g. ``resourceSpans / scopeSpans / spans``).
+
+    An item that cannot be converted comes as ``(where, MappingError)`` so a caller
     can reject it alone; a structurally broken document raises :class:`MappingError`.
     """
-    resource_spans = _list_or_empty(doc.get("resourceSpans"))
-    if not isinstance(resource_spans, list):
-        raise MappingError("resourceSpans", "expected a list")
-    for r, rs in enumerate(resource_spans):
-        if not isinstance(rs, Mapping):
-            raise MappingError(f"resourceSpans[{r}]", "expected an object")
-        res_attrs = _resource_attrs(rs)
-        scope_spans = _list_or_empty(rs.get("scopeSpans"))
-        if not isinstance(scope_spans, list):
-            raise MappingError(f"resourceSpans[{r}].scopeSpans", "expected a list")
-        for s, ss in enumerate(scope_spans):
-            spans = ss.get("spans") if isinstance(ss, Mapping) else None
-            if spans is None and isinstance(ss, Mapping):
+    top, mid, leaf = names
+    resources = _list_or_empty(doc.get(top))
+    if not isinstance(resources, list):
+        raise MappingError(top, "expected a list")
+    for r, res in enumerate(resources):
+        if not isinstance(res, Mapping):
+            raise MappingError(f"{top}[{r}]", "expected an object")
+        res_attrs = _resource_attrs(res)
+        scopes = _list_or_empty(res.get(mid))
+        if not isinstance(scopes, list):
+            raise MappingError(f"{top}[{r}].{mid}", "expected a list")
+        for s, scope in enumerate(scopes):
+            items = scope.get(leaf) if isinstance(scope, Mapping) else None
+            if items is None and isinstance(scope, Mapping):
                 continue
-            if not isinstance(spans, list):
-                raise MappingError(f"resourceSpans[{r}].scopeSpans[{s}].spans", "expected a list")
-            for k, span in enumerate(spans):
-                where = f"resourceSpans[{r}].scopeSpans[{s}].spans[{k}]"
-                if not isinstance(span, Mapping):
+            if not isinstance(items, list):
+                raise MappingError(f"{top}[{r}].{mid}[{s}].{leaf}", "expected a list")
+            for k, item in enumerate(items):
+                where = f"{top}[{r}].{mid}[{s}].{leaf}[{k}]"
+                if not isinstance(item, Mapping):
                     yield where, MappingError(where, "expected an object")
                     continue
                 try:
-                    yield where, json_span(span, res_attrs, where)
+                    yield where, convert(item, res_attrs, where)
                 except MappingError as exc:
                     yield where, exc
+
+
+def spans_from_json(doc: Mapping[str, Any]) -> Iterator[tuple[str, Span | MappingError]]:
+    """``(where, span)`` for every span of an ``ExportTraceServiceRequest`` in JSON."""
+    return _walk_json(doc, ("resourceSpans", "scopeSpans", "spans"), json_span)
+
+
+def _json_log(rec: Mapping[str, Any], res_attrs: Mapping[str, JsonValue], where: str) -> LogRecord:
+    return LogRecord(
+        time_ns=_nanos(rec.get("timeUnixNano") or 0, f"{where}.timeUnixNano"),
+        observed_ns=_nanos(rec.get("observedTimeUnixNano") or 0, f"{where}.observedTimeUnixNano"),
+        body=any_value(rec.get("body")),
+        attrs=attributes(rec),
+        resource_attrs=res_attrs,
+        event_name=str(rec.get("eventName") or ""),
+        trace_id=_hex_id(rec.get("traceId")),
+        span_id=_hex_id(rec.get("spanId")),
+    )
 
 
 def logs_from_json(doc: Mapping[str, Any]) -> Iterator[tuple[str, LogRecord | MappingError]]:
     """``(where, record)`` for every record of an ``ExportLogsServiceRequest`` in JSON."""
-    resource_logs = _list_or_empty(doc.get("resourceLogs"))
-    if not isinstance(resource_logs, list):
-        raise MappingError("resourceLogs", "expected a list")
-    for r, rl in enumerate(resource_logs):
-        if not isinstance(rl, Mapping):
-            raise MappingError(f"resourceLogs[{r}]", "expected an object")
-        res_attrs = _resource_attrs(rl)
-        scope_logs = _list_or_empty(rl.get("scopeLogs"))
-        if not isinstance(scope_logs, list):
-            raise MappingError(f"resourceLogs[{r}].scopeLogs", "expected a list")
-        for s, sl in enumerate(scope_logs):
-            records = sl.get("logRecords") if isinstance(sl, Mapping) else None
-            if records is None and isinstance(sl, Mapping):
-                continue
-            if not isinstance(records, list):
-                raise MappingError(
-                    f"resourceLogs[{r}].scopeLogs[{s}].logRecords", "expected a list"
-                )
-            for k, rec in enumerate(records):
-                where = f"resourceLogs[{r}].scopeLogs[{s}].logRecords[{k}]"
-                if not isinstance(rec, Mapping):
-                    yield where, MappingError(where, "expected an object")
-                    continue
-                try:
-                    yield (
-                        where,
-                        LogRecord(
-                            time_ns=_nanos(rec.get("timeUnixNano") or 0, f"{where}.timeUnixNano"),
-                            observed_ns=_nanos(
-                                rec.get("observedTimeUnixNano") or 0,
-                                f"{where}.observedTimeUnixNano",
-                            ),
-                            body=any_value(rec.get("body")),
-                            attrs=attributes(rec),
-                            resource_attrs=res_attrs,
-                            event_name=str(rec.get("eventName") or ""),
-                            trace_id=_hex_id(rec.get("traceId")),
-                            span_id=_hex_id(rec.get("spanId")),
-                        ),
-                    )
-                except MappingError as exc:
-                    yield where, exc
+    return _walk_json(doc, ("resourceLogs", "scopeLogs", "logRecords"), _json_log)
 
 
 # -- the mapper -------------------------------------------------------------------

@@ -9,9 +9,8 @@ import time
 from pathlib import Path
 
 import pytest
-from router_proc import RouterProc
-from test_replay import publish
-from test_worker import WorkerProc
+from kafka_io import publish
+from procs import RouterProc, WorkerProc
 
 from streams.core.events import TraceEvent
 from streams.replay.replay import read_live, replay_events

@@ -12,37 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from router_proc import RouterProc
-from test_worker import WorkerProc  # tests/integration is on sys.path (rootdir-less dir)
+from kafka_io import read_all
+from procs import RouterProc, WorkerProc
 
 from streams.settings import Settings
-
-
-def read_all(settings: Settings, topic: str, idle_s: float = 3.0) -> list[tuple[bytes, bytes]]:
-    """Every record of ``topic`` (until ``idle_s`` without a new one after the first)."""
-    import time
-    import uuid
-
-    from confluent_kafka import Consumer
-
-    c = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap,
-            "group.id": f"{settings.prefix}-{uuid.uuid4().hex[:6]}",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    c.subscribe([topic])
-    out: list[tuple[bytes, bytes]] = []
-    last = time.monotonic() + 20  # allow up to ~20 s for the group join / first record
-    while time.monotonic() - last < idle_s:
-        msg = c.poll(0.3)
-        if msg is not None and msg.error() is None:
-            out.append((msg.key(), msg.value()))
-            last = time.monotonic()
-    c.close()
-    return out
 
 
 @pytest.mark.timeout(300)

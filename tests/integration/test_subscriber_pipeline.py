@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from router_proc import RouterProc
-from test_worker import WorkerProc  # tests/integration is on sys.path
+from procs import RouterProc, WorkerProc
 
 from streams.settings import Settings
 

@@ -6,15 +6,21 @@
 * ``--docker`` runs the tests marked ``docker`` against ``deploy/docker-compose.yml``
   through pytest-docker (opt-in; skipped with the reason when no Docker engine
   answers ``docker info``).  Without ``--docker`` those tests are skipped.
+* Under pytest-xdist (``make test`` passes ``-n``) the controller makes one
+  directory for the run, ``$TRAJECTORY_TEST_SHARED_DIR``, inherited by the xdist
+  workers: the first worker that needs Kafka starts the run's one broker there
+  (tests/integration/conftest.py) and the controller stops it when the run ends.
 * ``trajdata_dir``: the shared real-trajectory corpus (``$TRAJDATA_DIR`` or
   ``<repo>/../shared/trajdata``); tests using it skip cleanly when it is absent.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +28,8 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INTEGRATION_DIR = REPO_ROOT / "tests" / "integration"
 COMPOSE_FILE = REPO_ROOT / "deploy" / "docker-compose.yml"
+SHARED_DIR_ENV = "TRAJECTORY_TEST_SHARED_DIR"
+_SHARED_DIR = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,6 +47,37 @@ def pytest_configure(config: pytest.Config) -> None:
     # Also declared in pyproject; repeated so a run with another ini still knows them.
     config.addinivalue_line("markers", "integration: needs a real Kafka broker")
     config.addinivalue_line("markers", "docker: runs against deploy/docker-compose.yml (--docker)")
+    if _is_xdist_controller(config) and SHARED_DIR_ENV not in os.environ:
+        # set before the xdist workers start, so they inherit it
+        shared = tempfile.mkdtemp(prefix="trajectory-tests-")
+        os.environ[SHARED_DIR_ENV] = shared
+        config.stash[_SHARED_DIR] = Path(shared)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Controller: stop the run's shared broker (if a worker started one), clean up."""
+    shared = config.stash.get(_SHARED_DIR, None)
+    if shared is None:
+        return
+    os.environ.pop(SHARED_DIR_ENV, None)
+    record = shared / "kafka.json"
+    try:
+        if record.exists():
+            from streams.broker import LocalBroker
+
+            LocalBroker(json.loads(record.read_text())["data_dir"]).stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that distributes tests to xdist workers (``-n N``, N > 0)."""
+    if hasattr(config, "workerinput"):  # an xdist worker
+        return False
+    return (
+        bool(getattr(config.option, "numprocesses", None))
+        and getattr(config.option, "dist", "no") != "no"
+    )
 
 
 def docker_unavailable_reason() -> str | None:

@@ -15,7 +15,6 @@ Expected values are computed here from the produced events, independently of
 from __future__ import annotations
 
 import signal
-import socket
 import threading
 import time
 import urllib.error
@@ -29,14 +28,6 @@ from workloads import T0, check_tables, expected_of, make_session, state_any, wa
 
 from streams.core.events import TraceEvent
 from streams.settings import Settings
-
-REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.timeout(240)

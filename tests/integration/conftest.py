@@ -36,7 +36,7 @@ from typing import Any
 
 import pytest
 from filelock import FileLock
-from procs import reap_processes
+from procs import Pipeline, RouterProc, WorkerProc, reap_processes
 
 from streams.broker import LocalBroker, ensure_jars, free_ports, kafka_ready, parse_bootstrap
 from streams.core.errors import BrokerError
@@ -135,6 +135,49 @@ def _reap_test_processes() -> Iterator[None]:
     left = reap_processes()
     if left:
         warnings.warn(f"processes left running by the test, now stopped: {left}", stacklevel=1)
+
+
+@pytest.fixture
+def start_worker(settings: Settings, tmp_path: Path) -> Callable[..., WorkerProc]:
+    """``start_worker(name="data", **kw)``: a :class:`procs.WorkerProc` on this test's
+    settings with its data dir ``tmp_path/name`` (``kw``: ``store``, ``extra``,
+    ``port``).  Stopped at teardown if the test did not stop it."""
+
+    def start(name: str = "data", **kw: Any) -> WorkerProc:
+        return WorkerProc(settings, tmp_path / name, **kw)
+
+    return start
+
+
+@pytest.fixture
+def start_router(settings: Settings, tmp_path: Path) -> Callable[..., RouterProc]:
+    """``start_router(*flags, log="router.log")``: a :class:`procs.RouterProc` on this
+    test's settings.  Stopped at teardown if the test did not stop it."""
+
+    def start(*flags: str, log: str = "router.log") -> RouterProc:
+        return RouterProc(settings, tmp_path / log, *flags)
+
+    return start
+
+
+@pytest.fixture
+def pipeline(
+    start_worker: Callable[..., WorkerProc], start_router: Callable[..., RouterProc]
+) -> Iterator[Pipeline]:
+    """The worker (it creates the topics first) and then the router, for this test.
+
+    Teardown always runs and checks what the tests used to check in their
+    ``finally``: the router is stopped first (SIGTERM commits its open transaction),
+    then the worker, which must exit 0 after a SIGTERM (its log tail is shown if not).
+    """
+    worker = start_worker()
+    router = start_router()
+    try:
+        yield Pipeline(worker, router)
+    finally:
+        router.stop()
+        code = worker.stop()
+    assert code == 0, worker.log_tail()
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ Test modules import these helpers from here, never from one another
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -196,3 +197,12 @@ class WorkerProc:
             code = self.proc.wait(10)
         self._log.close()
         return code
+
+
+@dataclasses.dataclass(frozen=True)
+class Pipeline:
+    """A running worker and router on one test's prefix (the ``pipeline`` fixture of
+    tests/integration/conftest.py starts the worker first: it creates the topics)."""
+
+    worker: WorkerProc
+    router: RouterProc

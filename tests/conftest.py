@@ -31,6 +31,25 @@ COMPOSE_FILE = REPO_ROOT / "deploy" / "docker-compose.yml"
 SHARED_DIR_ENV = "TRAJECTORY_TEST_SHARED_DIR"
 _SHARED_DIR = pytest.StashKey[Path]()
 
+#: Tests that load the CPU for tens of seconds (many events, kill/restart cycles, two
+#: workers) or that assert a generous time bound.  With ``--dist loadgroup`` (make
+#: test) they form one xdist group: they run one after another on one xdist worker, so
+#: two of them never compete for this machine's 2 cores; the other worker runs the
+#: rest meanwhile.  Node id prefixes (a module or one test).
+CPU_SERIAL_GROUP = "cpu-serial"
+CPU_SERIAL = (
+    "tests/integration/test_worker_recovery.py",
+    "tests/integration/test_worker.py::test_sigkill_mid_stream",
+    "tests/integration/test_worker.py::test_partitions_move_between_two_workers",
+    "tests/integration/test_detection.py::test_sigkill_mid_stream",
+    "tests/integration/test_detection.py::test_two_workers_publish",
+    "tests/integration/test_detection.py::test_a_restarted_worker_still_reports",
+    "tests/integration/test_router_crash.py",
+    "tests/integration/test_replay_volume.py",
+    "tests/integration/test_ingest_acceptance.py",
+    "tests/integration/test_subscriber_kafka.py::test_context_for_scans_a_large_partition",
+)
+
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("trajectory-streams")
@@ -109,6 +128,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+        if item.nodeid.startswith(CPU_SERIAL):
+            item.add_marker(pytest.mark.xdist_group(CPU_SERIAL_GROUP))
         if docker_skip is not None and item.get_closest_marker("docker") is not None:
             item.add_marker(docker_skip)
     if docker_requested and docker_skip is not None:

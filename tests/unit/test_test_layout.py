@@ -89,3 +89,23 @@ def test_helper_module_basenames_are_unique() -> None:
         seen[path.name].append(str(rel))
     clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert clashes == {}, f"rename one of each: {clashes}"
+
+
+def test_cpu_serial_entries_name_existing_tests() -> None:
+    """Each entry of ``CPU_SERIAL`` (tests/conftest.py: the xdist group of heavy tests)
+    names a module that exists, or a test function defined in it: a renamed test must
+    not silently leave the group."""
+    tree = ast.parse((TESTS / "conftest.py").read_text())
+    entries = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "CPU_SERIAL" for t in node.targets)
+    )
+    stale: list[str] = []
+    for entry in entries:
+        module, _, test = entry.partition("::")
+        path = TESTS.parent / module
+        if not path.is_file() or (test and f"def {test}" not in path.read_text()):
+            stale.append(entry)
+    assert entries and stale == [], f"update CPU_SERIAL in tests/conftest.py: {stale}"

@@ -1,6 +1,6 @@
 """The consumer side on the real pipeline: SDK -> router -> worker -> subscriber / context.
 
-Real processes (router and worker subprocesses, as in ``test_pipeline.py``).
+Real processes (router and worker subprocesses, started by the ``pipeline`` fixture).
 What must hold: a sub-agent session's assessments reach a subscriber following
 its originator's tree, and ``context_for`` / ``PromptContext`` return, byte for
 byte, what the offline core renders for the same events (read back from

@@ -3,7 +3,7 @@ eviction pressure, no duplicates after clean rebalances, and a SIGKILLed worker 
 resumes in seconds when restarted with the same ``--worker-id``.
 
 The worker runs as ``python -m streams.commands.worker`` (``WorkerProc`` of
-test_worker.py); expected table values are computed from the produced events.
+procs.py); expected table values are computed from the produced events.
 Recovery times are printed, and asserted only against a generous bound (the
 point is "not the 60 s of the dead member's session timeout"), never tightly.
 """

@@ -9,6 +9,12 @@ PYTHON ?= python3
 PIP ?= $(PYTHON) -m pip
 PYTEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
+# pytest-xdist: test and integration run on PYTEST_WORKERS processes (0: one process).
+# The integration tests of all workers share one Kafka broker (tests/integration/conftest.py).
+# --dist loadgroup: tests marked xdist_group(name) stay on one worker, one after another.
+PYTEST_WORKERS ?= 2
+PYTEST_DIST ?= loadgroup
+XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist $(PYTEST_DIST))
 CACHE ?= .cache
 # Reinstall when pyproject.toml changes or another interpreter is used.
 INSTALL_STAMP := $(CACHE)/install-$(subst /,_,$(shell command -v $(PYTHON) 2>/dev/null || echo $(PYTHON))).stamp
@@ -27,6 +33,7 @@ help:
 	@echo "make demo           install, then python -m streams demo"
 	@echo "make bench          run the benchmark scripts in tests/bench"
 	@echo "variables: PYTHON=$(PYTHON) PYTEST_TIMEOUT=$(PYTEST_TIMEOUT) PYTEST_ARGS='$(PYTEST_ARGS)'"
+	@echo "           PYTEST_WORKERS=$(PYTEST_WORKERS) (pytest-xdist processes; 0: none) PYTEST_DIST=$(PYTEST_DIST)"
 
 install: $(INSTALL_STAMP)
 
@@ -58,13 +65,13 @@ browser:
 	else echo "chromium not installed (needs root + apt-get): the browser test will skip"; fi
 
 test: install jars browser
-	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) $(XDIST) $(PYTEST_ARGS)
 
 unit: install
 	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m "not integration" $(PYTEST_ARGS)
 
 integration: install jars
-	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m integration $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q --timeout=$(PYTEST_TIMEOUT) -m integration $(XDIST) $(PYTEST_ARGS)
 
 lint: install
 	$(PYTHON) -m ruff check .

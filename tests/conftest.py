@@ -6,15 +6,21 @@
 * ``--docker`` runs the tests marked ``docker`` against ``deploy/docker-compose.yml``
   through pytest-docker (opt-in; skipped with the reason when no Docker engine
   answers ``docker info``).  Without ``--docker`` those tests are skipped.
+* Under pytest-xdist (``make test`` passes ``-n``) the controller makes one
+  directory for the run, ``$TRAJECTORY_TEST_SHARED_DIR``, inherited by the xdist
+  workers: the first worker that needs Kafka starts the run's one broker there
+  (tests/integration/conftest.py) and the controller stops it when the run ends.
 * ``trajdata_dir``: the shared real-trajectory corpus (``$TRAJDATA_DIR`` or
   ``<repo>/../shared/trajdata``); tests using it skip cleanly when it is absent.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -22,6 +28,27 @@ import pytest
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INTEGRATION_DIR = REPO_ROOT / "tests" / "integration"
 COMPOSE_FILE = REPO_ROOT / "deploy" / "docker-compose.yml"
+SHARED_DIR_ENV = "TRAJECTORY_TEST_SHARED_DIR"
+_SHARED_DIR = pytest.StashKey[Path]()
+
+#: Tests that load the CPU for tens of seconds (many events, kill/restart cycles, two
+#: workers) or that assert a generous time bound.  With ``--dist loadgroup`` (make
+#: test) they form one xdist group: they run one after another on one xdist worker, so
+#: two of them never compete for this machine's 2 cores; the other worker runs the
+#: rest meanwhile.  Node id prefixes (a module or one test).
+CPU_SERIAL_GROUP = "cpu-serial"
+CPU_SERIAL = (
+    "tests/integration/test_worker_recovery.py",
+    "tests/integration/test_worker.py::test_sigkill_mid_stream",
+    "tests/integration/test_worker.py::test_partitions_move_between_two_workers",
+    "tests/integration/test_detection.py::test_sigkill_mid_stream",
+    "tests/integration/test_detection.py::test_two_workers_publish",
+    "tests/integration/test_detection.py::test_a_restarted_worker_still_reports",
+    "tests/integration/test_router_crash.py",
+    "tests/integration/test_replay_volume.py",
+    "tests/integration/test_ingest_acceptance.py",
+    "tests/integration/test_subscriber_kafka.py::test_context_for_scans_a_large_partition",
+)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -39,6 +66,37 @@ def pytest_configure(config: pytest.Config) -> None:
     # Also declared in pyproject; repeated so a run with another ini still knows them.
     config.addinivalue_line("markers", "integration: needs a real Kafka broker")
     config.addinivalue_line("markers", "docker: runs against deploy/docker-compose.yml (--docker)")
+    if _is_xdist_controller(config) and SHARED_DIR_ENV not in os.environ:
+        # set before the xdist workers start, so they inherit it
+        shared = tempfile.mkdtemp(prefix="trajectory-tests-")
+        os.environ[SHARED_DIR_ENV] = shared
+        config.stash[_SHARED_DIR] = Path(shared)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Controller: stop the run's shared broker (if a worker started one), clean up."""
+    shared = config.stash.get(_SHARED_DIR, None)
+    if shared is None:
+        return
+    os.environ.pop(SHARED_DIR_ENV, None)
+    record = shared / "kafka.json"
+    try:
+        if record.exists():
+            from streams.broker import LocalBroker
+
+            LocalBroker(json.loads(record.read_text())["data_dir"]).stop()
+    finally:
+        shutil.rmtree(shared, ignore_errors=True)
+
+
+def _is_xdist_controller(config: pytest.Config) -> bool:
+    """True in the process that distributes tests to xdist workers (``-n N``, N > 0)."""
+    if hasattr(config, "workerinput"):  # an xdist worker
+        return False
+    return (
+        bool(getattr(config.option, "numprocesses", None))
+        and getattr(config.option, "dist", "no") != "no"
+    )
 
 
 def docker_unavailable_reason() -> str | None:
@@ -70,6 +128,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.integration)
+        if item.nodeid.startswith(CPU_SERIAL):
+            item.add_marker(pytest.mark.xdist_group(CPU_SERIAL_GROUP))
         if docker_skip is not None and item.get_closest_marker("docker") is not None:
             item.add_marker(docker_skip)
     if docker_requested and docker_skip is not None:

@@ -6,8 +6,16 @@
    (pytest-docker brings it up and tears it down);
 2. ``$KAFKA_BOOTSTRAP`` if set (it must answer, else the tests fail: a set but dead
    address is a broken environment, not a reason to skip);
-3. otherwise a :class:`~streams.broker.LocalBroker` started for this session on
+3. under pytest-xdist (``make test`` runs ``-n 2``): one broker shared by all xdist
+   workers of the run, started by the first worker that needs it (a file lock in
+   ``$TRAJECTORY_TEST_SHARED_DIR``, which the controller creates in
+   ``tests/conftest.py``) and stopped by the controller when the run ends; set
+   ``TRAJECTORY_TEST_BROKER_PER_WORKER=1`` to give each xdist worker its own instead;
+4. otherwise a :class:`~streams.broker.LocalBroker` started for this session on
    free ports in a temporary directory, stopped when the session ends.
+
+Tests that restart, stop or secure a broker start their own (``secure_kafka``,
+test_broker_lifecycle.py), never touching the shared one.
 
 Isolation between tests (and between engineers sharing one broker) comes from
 ``topic_prefix``: unique per test, so no test ever sees another's topics.
@@ -18,13 +26,17 @@ it uses); set ``TRAJECTORY_TEST_BROKER_AUTO_CREATE=1`` to turn that on.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
+import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from filelock import FileLock
+from procs import Pipeline, RouterProc, WorkerProc, reap_processes
 
 from streams.broker import LocalBroker, ensure_jars, free_ports, kafka_ready, parse_bootstrap
 from streams.core.errors import BrokerError
@@ -56,6 +68,28 @@ def _session_broker(base: Path) -> LocalBroker:
     raise BrokerError("could not start the session's Kafka broker:\n" + "\n".join(errors))
 
 
+SHARED_DIR_ENV = "TRAJECTORY_TEST_SHARED_DIR"
+PER_WORKER_ENV = "TRAJECTORY_TEST_BROKER_PER_WORKER"
+
+
+def _shared_broker_bootstrap(shared: Path) -> str:
+    """The run's shared broker: started by the first xdist worker that asks (under a
+    file lock), recorded in ``kafka.json``; the controller stops it at the end
+    (``pytest_unconfigure`` in tests/conftest.py)."""
+    record = shared / "kafka.json"
+    with FileLock(str(shared / "kafka.lock")):
+        if record.exists():
+            info = json.loads(record.read_text())
+        else:
+            broker = _session_broker(shared / "kafka")
+            info = {"bootstrap": broker.bootstrap, "data_dir": str(broker.data_dir)}
+            record.write_text(json.dumps(info))
+    host, port = parse_bootstrap(info["bootstrap"])
+    if not kafka_ready(host, port, timeout_s=10.0):
+        raise BrokerError(f"the run's shared broker ({info}) does not answer: see its log")
+    return str(info["bootstrap"])
+
+
 @pytest.fixture(scope="session")
 def kafka_bootstrap(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -80,11 +114,70 @@ def kafka_bootstrap(
             )
         yield env
         return
+    shared = os.environ.get(SHARED_DIR_ENV)
+    if shared and os.environ.get(PER_WORKER_ENV, "") not in ("1", "true"):
+        yield _shared_broker_bootstrap(Path(shared))
+        return
     broker = _session_broker(tmp_path_factory.mktemp("kafka"))
     try:
         yield broker.bootstrap
     finally:
         broker.stop()
+
+
+@pytest.fixture(autouse=True)
+def _reap_test_processes() -> Iterator[None]:
+    """Teardown that always runs: stop any router or worker (started through
+    tests/integration/procs.py) that the test left running, e.g. a router whose
+    worker failed to start, or processes of a test that failed before its
+    ``finally``.  Leftovers of a test are named in a warning."""
+    yield
+    left = reap_processes()
+    if left:
+        warnings.warn(f"processes left running by the test, now stopped: {left}", stacklevel=1)
+
+
+@pytest.fixture
+def start_worker(settings: Settings, tmp_path: Path) -> Callable[..., WorkerProc]:
+    """``start_worker(name="data", **kw)``: a :class:`procs.WorkerProc` on this test's
+    settings with its data dir ``tmp_path/name`` (``kw``: ``store``, ``extra``,
+    ``port``).  Stopped at teardown if the test did not stop it."""
+
+    def start(name: str = "data", **kw: Any) -> WorkerProc:
+        return WorkerProc(settings, tmp_path / name, **kw)
+
+    return start
+
+
+@pytest.fixture
+def start_router(settings: Settings, tmp_path: Path) -> Callable[..., RouterProc]:
+    """``start_router(*flags, log="router.log")``: a :class:`procs.RouterProc` on this
+    test's settings.  Stopped at teardown if the test did not stop it."""
+
+    def start(*flags: str, log: str = "router.log") -> RouterProc:
+        return RouterProc(settings, tmp_path / log, *flags)
+
+    return start
+
+
+@pytest.fixture
+def pipeline(
+    start_worker: Callable[..., WorkerProc], start_router: Callable[..., RouterProc]
+) -> Iterator[Pipeline]:
+    """The worker (it creates the topics first) and then the router, for this test.
+
+    Teardown always runs and checks what the tests used to check in their
+    ``finally``: the router is stopped first (SIGTERM commits its open transaction),
+    then the worker, which must exit 0 after a SIGTERM (its log tail is shown if not).
+    """
+    worker = start_worker()
+    router = start_router()
+    try:
+        yield Pipeline(worker, router)
+    finally:
+        router.stop()
+        code = worker.stop()
+    assert code == 0, worker.log_tail()
 
 
 @pytest.fixture

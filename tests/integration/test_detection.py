@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from router_proc import RouterProc
-from test_pipeline import read_all  # tests/integration is on sys.path
-from test_worker import WorkerProc, produce
+from kafka_io import live_history, produce, read_all
+from procs import RouterProc, WorkerProc
 
 from streams.core.engine import SessionEngine
 from streams.core.events import Budget, TraceEvent
@@ -59,13 +58,6 @@ def live_patterns(settings: Settings) -> dict[tuple[str, int, str], set[bytes]]:
         p = serde.decode(value)
         out[(p.session_id, p.seq, p.pattern_type)].add(value)
     return out
-
-
-def live_history(settings: Settings) -> list[Any]:
-    from streams.serde import AssessmentSerde
-
-    serde = AssessmentSerde()
-    return [serde.decode(v) for _, v in read_all(settings, settings.assessment_history_topic)]
 
 
 def check_against_offline(settings: Settings, events: list[TraceEvent]) -> tuple[int, int]:

@@ -19,12 +19,7 @@ partitioner -- what the router uses -- so they land where Faust's routing looks.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
-import socket
-import subprocess
-import sys
 import time
 import urllib.error
 import urllib.request
@@ -32,48 +27,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from procs import WorkerProc
 
 from streams.core.events import TraceEvent
 from streams.settings import Settings
 
-REPO = Path(__file__).resolve().parents[2]
 T0 = 1_767_225_600_000
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+class Worker(WorkerProc):
+    """The shared worker launcher (memory store), asking for JSON by default."""
 
-
-class Worker:
     def __init__(self, settings: Settings, data_dir: Path) -> None:
-        self.port = _free_port()
-        self.log_path = data_dir.parent / f"view-worker-{self.port}.log"
-        self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streams.commands.worker",
-                "--bootstrap",
-                settings.bootstrap,
-                "--prefix",
-                settings.prefix,
-                "--store",
-                "memory",
-                "--data-dir",
-                str(data_dir),
-                "--web-port",
-                str(self.port),
-                "--loglevel",
-                "info",
-            ],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
+        super().__init__(settings, data_dir, store="memory")
 
     def raw(self, path: str, accept: str | None = None) -> tuple[int, str, bytes]:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
@@ -88,21 +54,6 @@ class Worker:
     def get(self, path: str) -> tuple[int, Any]:
         status, _, body = self.raw(path, accept="application/json")
         return status, json.loads(body or b"null")
-
-    def log_tail(self) -> str:
-        self._log.flush()
-        return self.log_path.read_bytes()[-4000:].decode("utf-8", "replace")
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        try:
-            code = self.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(10)
-        self._log.close()
-        return code
 
 
 def looping(sid: str, n: int = 12) -> list[TraceEvent]:

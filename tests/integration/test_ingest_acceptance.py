@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 import pytest
-from router_proc import RouterProc
-from test_pipeline import read_all  # tests/integration is on sys.path (rootdir-less dir)
-from test_worker import WorkerProc
+from kafka_io import read_all
+from procs import RouterProc, WorkerProc
 
 from streams.settings import Settings
 

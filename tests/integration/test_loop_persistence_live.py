@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import itertools
 import time
-from pathlib import Path
 
 import pytest
-from router_proc import RouterProc
-from test_replay import publish
-from test_worker import WorkerProc
+from kafka_io import publish
+from procs import Pipeline
 
 from streams.core.events import TraceEvent
 from streams.replay.replay import read_live, replay_events
@@ -62,7 +60,7 @@ def looping_session(sid: str, start: int) -> list[TraceEvent]:
     return out
 
 
-def test_long_loop_assessments_live_equal_replay(settings: Settings, tmp_path: Path) -> None:
+def test_long_loop_assessments_live_equal_replay(settings: Settings, pipeline: Pipeline) -> None:
     evs = looping_session("loop-a", T0)
     expected = replay_events(evs).sessions["loop-a"].assessments
     # the replay itself shows persistence and escalation, else the test proves little
@@ -74,24 +72,18 @@ def test_long_loop_assessments_live_equal_replay(settings: Settings, tmp_path: P
     assert expected[-1].call_index > 4 + LOOP
     assert "doom loop" not in expected[-1].rendered.split("\n")[6]
 
-    router = RouterProc(settings, tmp_path / "router.log")
-    worker = WorkerProc(settings, tmp_path / "data")
-    try:
-        publish(settings, evs)
-        worker.wait_state({"loop-a": {"last_seq": evs[-1].seq}}, timeout_s=180)
-        deadline = time.monotonic() + 60
-        while True:
-            _, assessments, complete = read_live(settings.bootstrap, settings.prefix)
-            live = [a for a in assessments if a.session_id == "loop-a" and a.trigger == "event"]
-            if len(live) >= len(expected) or time.monotonic() > deadline:
-                break
-            time.sleep(1)
-        assert complete
-        fields = ("seq", "call_index", "timestamp_ms", "max_severity", "rendered", "assessments")
-        got = [tuple(getattr(a, f) for f in fields) for a in live]
-        want = [tuple(getattr(a, f) for f in fields) for a in expected]
-        assert got == want
-    finally:
-        wcode = worker.stop()
-        router.stop()
-    assert wcode == 0, worker.log_tail()
+    worker = pipeline.worker
+    publish(settings, evs)
+    worker.wait_state({"loop-a": {"last_seq": evs[-1].seq}}, timeout_s=180)
+    deadline = time.monotonic() + 60
+    while True:
+        _, assessments, complete = read_live(settings.bootstrap, settings.prefix)
+        live = [a for a in assessments if a.session_id == "loop-a" and a.trigger == "event"]
+        if len(live) >= len(expected) or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert complete
+    fields = ("seq", "call_index", "timestamp_ms", "max_severity", "rendered", "assessments")
+    got = [tuple(getattr(a, f) for f in fields) for a in live]
+    want = [tuple(getattr(a, f) for f in fields) for a in expected]
+    assert got == want

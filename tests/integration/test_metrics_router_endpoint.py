@@ -6,7 +6,6 @@ after a known set of events, and by ``trajectory demo``.)
 
 from __future__ import annotations
 
-import socket
 import threading
 import time
 import urllib.request
@@ -14,17 +13,12 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from streams.broker import free_port
 from streams.core.events import TraceEvent
 from streams.router import Router, RouterConfig
 from streams.router.metrics import RouterMetrics
 from streams.serde import EventSerde
 from streams.settings import Settings
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -57,7 +51,7 @@ def test_router_metrics_endpoint(settings: Settings, create_topics: Any) -> None
     p.produce(settings.session_topic("m0"), b"\xff not avro", b"m0")
     assert p.flush(30) == 0
 
-    port = _free_port()
+    port = free_port()
     metrics = RouterMetrics(sample_interval_s=0.2)
     server = metrics.serve(port)
     router = Router(settings, RouterConfig(batch_max_ms=50, status_interval_s=0), metrics=metrics)

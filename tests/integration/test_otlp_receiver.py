@@ -26,10 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from router_proc import REPO, RouterProc
-from test_detection import live_history
-from test_pipeline import read_all
-from test_worker import WorkerProc
+from kafka_io import live_history, read_all
+from procs import REPO, RouterProc, WorkerProc
 
 from streams.broker import free_port
 from streams.core.events import TraceEvent

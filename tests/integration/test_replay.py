@@ -10,78 +10,20 @@ from pathlib import Path
 import fastavro
 import pytest
 from confluent_kafka import Producer
+from kafka_io import publish
+from workloads import by_session, session_events
 
 from streams.cli import main
-from streams.core.events import Budget, TraceEvent
+from streams.core.events import TraceEvent
 from streams.core.jsonl import dumps_event, read_jsonl
 from streams.replay.reader import open_event_reader
 from streams.replay.replay import replay_events
-from streams.sdk import Publisher
 from streams.serde import AssessmentSerde, AssessmentWire, EventSerde, PatternSerde
 from streams.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(180)]
 
 T0 = 1_700_000_000_000
-
-
-def session_events(sid: str, start: int, calls: int = 8, fail_every: int = 1) -> list[TraceEvent]:
-    """A session that fails the same way over and over (patterns and assessments fire)."""
-    out = [
-        TraceEvent("session_start", sid, 0, start, agent_id="ag", metadata={"task": "fix foo.py"}),
-        TraceEvent("budget", sid, 1, start, budget=Budget(max_tokens=5000)),
-    ]
-    t = start
-    for i in range(calls):
-        t += 1000
-        fail = i % fail_every == 0
-        out.append(
-            TraceEvent(
-                "tool_call",
-                sid,
-                len(out),
-                t,
-                agent_id="ag",
-                tool_name="bash",
-                call_id=f"c{i}",
-                input={"command": "pytest -x tests/test_foo.py"},
-            )
-        )
-        out.append(
-            TraceEvent(
-                "tool_result",
-                sid,
-                len(out),
-                t + 200,
-                agent_id="ag",
-                call_id=f"c{i}",
-                is_error=fail,
-                error_message="1 failed: test_foo" if fail else None,
-                output={"rc": 1 if fail else 0},
-            )
-        )
-        out.append(
-            TraceEvent(
-                "model_step",
-                sid,
-                len(out),
-                t + 400,
-                agent_id="ag",
-                input_tokens=300,
-                output_tokens=20,
-                text="try again",
-            )
-        )
-    out.append(TraceEvent("session_end", sid, len(out), t + 500, agent_id="ag"))
-    return out
-
-
-def publish(settings: Settings, events: list[TraceEvent]) -> None:
-    with Publisher(settings) as pub:
-        pub.ensure_session_topics(sorted({e.session_id for e in events}))
-        for ev in events:
-            pub.send(ev)
-        pub.flush()
 
 
 def cli(*argv: str) -> int:
@@ -97,10 +39,6 @@ def published(settings: Settings) -> list[TraceEvent]:
     evs = session_events("s-b", T0 + 70) + session_events("s-a", T0, fail_every=2)
     publish(settings, evs)
     return evs
-
-
-def by_session(evs: list[TraceEvent]) -> list[TraceEvent]:
-    return sorted(evs, key=lambda e: e.session_id)  # stable: event order within a session
 
 
 def test_replay_jsonl_equals_analyze_json(

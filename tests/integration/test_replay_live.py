@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import pytest
-from router_proc import RouterProc
-from test_replay import publish, session_events
-from test_worker import WorkerProc
+from kafka_io import publish
+from procs import RouterProc, WorkerProc
+from workloads import session_events
 
 from streams.app.faust_app import changelog_topic
 from streams.app.state import SessionCounters

@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from test_replay import by_session, publish, session_events
+from kafka_io import publish
+from workloads import by_session, session_events
 
 from streams.cli import main
 from streams.core.jsonl import dumps_event

@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-from router_proc import SessionStreamPublisher, spawn_router
+from kafka_io import SessionStreamPublisher
+from procs import spawn_router
 
 from streams.core.events import TraceEvent
 from streams.serde import EventSerde

@@ -37,7 +37,8 @@ from confluent_kafka import (
 )
 from confluent_kafka import Consumer as KafkaConsumer
 from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
-from router_proc import SessionStreamPublisher, spawn_router
+from kafka_io import SessionStreamPublisher
+from procs import spawn_router
 
 from streams.broker import free_port
 from streams.core.events import TraceEvent

@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_sdk_publisher import consume  # same dir: pytest puts it on sys.path
+from kafka_io import consume
 
 from streams.commands import publish
 from streams.core.events import Budget, TraceEvent

@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 import secrets
 import time
-import uuid
 from typing import Any
 
 import pytest
-from confluent_kafka import Consumer, Message
+from confluent_kafka import Message
 from confluent_kafka.admin import ConfigResource
+from kafka_io import consume
 
 from streams.core.errors import (
     DeliveryError,
@@ -23,33 +23,6 @@ from streams.sdk import Publisher
 from streams.sdk.publisher import SESSION_SEGMENT_INDEX_BYTES
 from streams.serde import EventSerde
 from streams.settings import Settings
-
-
-def consume(bootstrap: str, topic: str, count: int, timeout_s: float = 30.0) -> list[Message]:
-    """Read ``count`` messages of ``topic`` from the beginning (fails on timeout)."""
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "g" + uuid.uuid4().hex,
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    out: list[Message] = []
-    try:
-        consumer.subscribe([topic])
-        deadline = time.monotonic() + timeout_s
-        while len(out) < count and time.monotonic() < deadline:
-            msg = consumer.poll(0.5)
-            if msg is None:
-                continue
-            if msg.error():
-                continue  # e.g. UNKNOWN_TOPIC_OR_PART before creation propagates
-            out.append(msg)
-    finally:
-        consumer.close()
-    assert len(out) == count, f"got {len(out)} of {count} messages from {topic}"
-    return out
 
 
 def decode_all(messages: list[Message]) -> list[TraceEvent]:

@@ -30,8 +30,7 @@ from typing import Any
 
 import pytest
 from conftest import SecureKafka  # tests/integration is on sys.path
-from router_proc import RouterProc
-from test_worker import WorkerProc
+from procs import RouterProc, WorkerProc
 
 from streams.security import SecurityError
 from streams.settings import Settings

@@ -5,7 +5,7 @@ from __future__ import annotations
 import struct
 
 import pytest
-from test_sdk_publisher import consume  # same dir: pytest puts it on sys.path
+from kafka_io import consume
 
 from streams.core.errors import UnknownSchemaError
 from streams.sdk import Publisher

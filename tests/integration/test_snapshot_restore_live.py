@@ -19,8 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from router_proc import RouterProc  # tests/integration is on sys.path
-from test_worker import WorkerProc
+from procs import RouterProc, WorkerProc
 
 from streams.settings import Settings
 

@@ -14,272 +14,20 @@ Expected values are computed here from the produced events, independently of
 
 from __future__ import annotations
 
-import json
-import os
-import random
 import signal
-import socket
-import subprocess
-import sys
 import threading
 import time
 import urllib.error
 import urllib.request
-from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import pytest
+from kafka_io import produce, read_dlq
+from procs import WorkerProc
+from workloads import T0, check_tables, expected_of, make_session, state_any, wait_all
 
-from streams.core.events import Budget, TraceEvent
+from streams.core.events import TraceEvent
 from streams.settings import Settings
-
-REPO = Path(__file__).resolve().parents[2]
-T0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class WorkerProc:
-    """One ``trajectory worker`` subprocess and its HTTP view."""
-
-    def __init__(
-        self,
-        settings: Settings,
-        data_dir: Path,
-        store: str = "rocksdb",
-        extra: tuple[str, ...] = (),
-        port: int | None = None,
-    ) -> None:
-        from streams.app.topics import ensure_topics
-
-        # Create <prefix>.events (settings.events_partitions) before anything produces:
-        # on a broker with auto-creation a first produce would make a 1-partition topic.
-        assert ensure_topics(settings) == settings.events_partitions
-        self.port = port or free_port()
-        self.log_path = data_dir.parent / f"worker-{self.port}.log"
-        self._log = self.log_path.open("wb")
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "streams.commands.worker",
-                "--bootstrap",
-                settings.bootstrap,
-                "--prefix",
-                settings.prefix,
-                "--store",
-                store,
-                "--data-dir",
-                str(data_dir),
-                "--web-port",
-                str(self.port),
-                "--loglevel",
-                "info",
-                *extra,
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-
-    def get(self, path: str) -> tuple[int, Any]:
-        url = f"http://127.0.0.1:{self.port}{path}"
-        try:
-            with urllib.request.urlopen(url, timeout=5) as resp:
-                return resp.status, json.loads(resp.read())
-        except urllib.error.HTTPError as exc:
-            return exc.code, json.loads(exc.read() or b"null")
-
-    def log_tail(self) -> str:
-        self._log.flush()
-        return self.log_path.read_bytes()[-4000:].decode("utf-8", "replace")
-
-    def wait_state(self, expected: dict[str, dict[str, Any]], timeout_s: float = 90.0) -> None:
-        """Poll until every session's state has ``last_seq`` as expected (or fail)."""
-        deadline = time.monotonic() + timeout_s
-        pending = dict(expected)
-        while pending and time.monotonic() < deadline:
-            assert self.proc.poll() is None, f"worker exited:\n{self.log_tail()}"
-            for sid in list(pending):
-                try:
-                    status, body = self.get(f"/sessions/{sid}/state")
-                except (urllib.error.URLError, ConnectionError, OSError):
-                    break
-                if status == 200 and body["state"]["last_seq"] >= pending[sid]["last_seq"]:
-                    del pending[sid]
-            time.sleep(0.3)
-        assert not pending, f"sessions not caught up: {sorted(pending)}\n{self.log_tail()}"
-
-    def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        try:
-            code = self.proc.wait(timeout_s)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(10)
-        self._log.close()
-        return code
-
-
-def make_session(sid: str, n: int, start_seq: int = 0, seed: int = 0) -> list[TraceEvent]:
-    """``n`` events: budget, then tool call/result pairs (some failing) and model steps."""
-    rng = random.Random(f"{sid}:{seed}")
-    out: list[TraceEvent] = []
-    for seq in range(start_seq, start_seq + n):
-        ts = T0 + seq * 7_000  # ~8.5 events per event-time minute
-        kind = seq % 4
-        if seq == 0:
-            ev = TraceEvent(
-                "budget", sid, seq, ts, budget=Budget(max_tokens=100_000, tokens_used=100)
-            )
-        elif kind == 1:
-            ev = TraceEvent(
-                "tool_call",
-                sid,
-                seq,
-                ts,
-                call_id=f"c{seq}",
-                tool_name="read_file",
-                input={"path": f"src/m{seq % 5}.py"},
-            )
-        elif kind == 2:
-            failed = rng.random() < 0.3
-            ev = TraceEvent(
-                "tool_result",
-                sid,
-                seq,
-                ts,
-                call_id=f"c{seq - 1}",
-                tool_name="read_file",
-                output="x" * 10,
-                is_error=failed,
-                error_message="ENOENT" if failed else None,
-            )
-        else:
-            ev = TraceEvent(
-                "model_step",
-                sid,
-                seq,
-                ts,
-                text="thinking",
-                input_tokens=rng.randint(10, 500),
-                output_tokens=rng.randint(1, 90),
-            )
-        out.append(ev)
-    return out
-
-
-def expected_of(events: list[TraceEvent]) -> dict[str, dict[str, Any]]:
-    """Counts per session computed from unique (session, seq) events."""
-    unique = {(e.session_id, e.seq): e for e in events}
-    exp: dict[str, dict[str, Any]] = {}
-    for (sid, _), e in sorted(unique.items()):
-        d = exp.setdefault(
-            sid,
-            {
-                "events": 0,
-                "tool_calls": 0,
-                "errors": 0,
-                "tokens": 0,
-                "last_seq": -1,
-                "budget_tokens": 0,
-                "minutes": Counter(),
-                "minute_errors": Counter(),
-            },
-        )
-        d["events"] += 1
-        d["last_seq"] = max(d["last_seq"], e.seq)
-        minute = e.timestamp_ms - e.timestamp_ms % 60_000
-        if e.type == "tool_call":
-            d["tool_calls"] += 1
-            d["minutes"][minute] += 1
-        if e.is_error:
-            d["errors"] += 1
-            d["minute_errors"][minute] += 1
-        d["tokens"] += e.total_tokens
-        if e.type == "budget" and e.budget is not None:
-            d["budget_tokens"] = e.budget.tokens_used or 0
-        elif e.type == "model_step":
-            d["budget_tokens"] += e.total_tokens
-    return exp
-
-
-def produce(
-    settings: Settings, events: list[TraceEvent], extra: list[tuple[bytes, bytes]] = ()
-) -> None:  # type: ignore[assignment]
-    from confluent_kafka import Producer
-
-    from streams.serde import EventSerde
-
-    serde = EventSerde()
-    # murmur2 like the router and Faust: the HTTP views route a session id to the
-    # worker owning its murmur2 partition (confluent's default would be CRC32)
-    p = Producer(
-        {
-            "bootstrap.servers": settings.bootstrap,
-            "enable.idempotence": True,
-            "partitioner": "murmur2_random",
-        }
-    )
-    for ev in events:
-        p.produce(settings.events_topic, key=ev.session_id.encode(), value=serde.encode(ev))
-    for key, value in extra:
-        p.produce(settings.events_topic, key=key, value=value)
-    assert p.flush(30) == 0
-
-
-def check_tables(worker: WorkerProc, exp: dict[str, dict[str, Any]]) -> None:
-    for sid, d in exp.items():
-        status, body = worker.get(f"/sessions/{sid}/state")
-        assert status == 200, body
-        st = body["state"]
-        diag = {k: st[k] for k in ("events", "last_seq", "seq_gaps", "tool_calls")}
-        diag["recent_seqs"] = [r.get("seq") for r in st["recent"]]
-        assert st["events"] == d["events"], (sid, diag, d, worker.log_path)
-        assert st["tool_calls"] == d["tool_calls"], sid
-        assert st["errors"] == d["errors"], sid
-        assert st["input_tokens"] + st["output_tokens"] == d["tokens"], sid
-        assert st["last_seq"] == d["last_seq"], sid
-        assert st["seq_gaps"] == 0, sid
-        assert body["budget"]["max_tokens"] == 100_000
-        assert body["budget"]["tokens_used"] == d["budget_tokens"], (sid, body["budget"])
-        status, mbody = worker.get(f"/sessions/{sid}/minutes")
-        assert status == 200, mbody
-        got_calls = {
-            r["minute_start_ms"]: r["tool_calls"] for r in mbody["minutes"] if r["tool_calls"]
-        }
-        got_errors = {r["minute_start_ms"]: r["errors"] for r in mbody["minutes"]}
-        assert got_calls == {m: c for m, c in d["minutes"].items() if c}, sid
-        assert {m: e for m, e in got_errors.items() if e} == dict(d["minute_errors"]), sid
-
-
-def read_dlq(settings: Settings, want: int = 1, timeout_s: float = 20.0) -> list[Any]:
-    from confluent_kafka import Consumer
-
-    c = Consumer(
-        {
-            "bootstrap.servers": settings.bootstrap,
-            "group.id": f"{settings.prefix}-dlqr",
-            "auto.offset.reset": "earliest",
-        }
-    )
-    c.subscribe([settings.dlq_topic])
-    out = []
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and len(out) < want:
-        msg = c.poll(0.5)
-        if msg is not None and msg.error() is None:
-            out.append(msg)
-    c.close()
-    return out
 
 
 @pytest.mark.timeout(240)
@@ -479,30 +227,6 @@ def test_memory_store_rebuilds_from_changelog_on_restart(
         assert w.stop() == 0, w.log_tail()
 
 
-def _state_any(workers: list[WorkerProc], sid: str) -> dict[str, Any] | None:
-    """The state of ``sid`` from whichever worker owns its partition."""
-    for w in workers:
-        try:
-            status, body = w.get(f"/sessions/{sid}/state")
-        except (urllib.error.URLError, ConnectionError, OSError):
-            continue
-        if status == 200:
-            return body  # type: ignore[no-any-return]
-    return None
-
-
-def _wait_all(workers: list[WorkerProc], exp: dict[str, dict[str, Any]], timeout_s: float) -> None:
-    deadline = time.monotonic() + timeout_s
-    pending = set(exp)
-    while pending and time.monotonic() < deadline:
-        for sid in list(pending):
-            body = _state_any(workers, sid)
-            if body is not None and body["state"]["last_seq"] >= exp[sid]["last_seq"]:
-                pending.discard(sid)
-        time.sleep(0.3)
-    assert not pending, f"not caught up: {sorted(pending)}\n" + workers[-1].log_tail()
-
-
 @pytest.mark.timeout(420)
 def test_partitions_move_between_two_workers_and_back(settings: Settings, tmp_path: Path) -> None:
     """Scale out to two workers, then back to one: state follows the partitions.
@@ -524,21 +248,21 @@ def test_partitions_move_between_two_workers_and_back(settings: Settings, tmp_pa
         deadline = time.monotonic() + 120
         while (
             time.monotonic() < deadline
-            and _state_any([b], sids[0]) is None
-            and not any(_state_any([b], s) is not None for s in sids)
+            and state_any([b], sids[0]) is None
+            and not any(state_any([b], s) is not None for s in sids)
         ):
             time.sleep(0.5)
-        assert any(_state_any([b], s) is not None for s in sids), b.log_tail()
+        assert any(state_any([b], s) is not None for s in sids), b.log_tail()
         produce(settings, b2)
-        _wait_all([a, b], expected_of(b1 + b2), 150)
+        wait_all([a, b], expected_of(b1 + b2), 150)
         for sid, d in expected_of(b1 + b2).items():
-            body = _state_any([a, b], sid)
+            body = state_any([a, b], sid)
             assert body is not None and body["state"]["events"] == d["events"], (sid, body)
         assert b.stop() == 0, b.log_tail()
         b = None
         produce(settings, b3)
         exp = expected_of(b1 + b2 + b3)
-        _wait_all([a], exp, 150)
+        wait_all([a], exp, 150)
         check_tables(a, exp)
     finally:
         if b is not None:

@@ -3,7 +3,7 @@ eviction pressure, no duplicates after clean rebalances, and a SIGKILLed worker 
 resumes in seconds when restarted with the same ``--worker-id``.
 
 The worker runs as ``python -m streams.commands.worker`` (``WorkerProc`` of
-test_worker.py); expected table values are computed from the produced events.
+procs.py); expected table values are computed from the produced events.
 Recovery times are printed, and asserted only against a generous bound (the
 point is "not the 60 s of the dead member's session timeout"), never tightly.
 """
@@ -18,18 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kafka_io import produce, read_dlq
+from procs import WorkerProc
+from workloads import check_tables, expected_of, make_session, state_any, wait_all
 
 from streams.core.events import TraceEvent
 from streams.settings import Settings
-from tests.integration.test_worker import (
-    WorkerProc,
-    _state_any,
-    _wait_all,
-    check_tables,
-    expected_of,
-    make_session,
-    produce,
-)
 
 
 def _stats(w: WorkerProc) -> dict[str, Any]:
@@ -165,9 +159,9 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
             time.sleep(2.0)
         t.join(300)
         exp = expected_of(events)
-        _wait_all([a], exp, 150)
+        wait_all([a], exp, 150)
         for sid, d in exp.items():
-            body = _state_any([a], sid)
+            body = state_any([a], sid)
             assert body is not None and body["state"]["events"] == d["events"], sid
         stats_a = _stats(a)
         duplicates += int(stats_a["duplicates"])
@@ -211,7 +205,6 @@ def test_an_event_with_nan_is_dead_lettered_and_poisons_no_flush(
         time.sleep(1.5)  # a few commits after the poisoned event
         assert w.proc.poll() is None, w.log_tail()
         check_tables(w, exp)
-        from tests.integration.test_worker import read_dlq
 
         dead = read_dlq(settings, want=1)
         assert len(dead) == 1

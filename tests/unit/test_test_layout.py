@@ -1,11 +1,16 @@
-"""Test modules need unique basenames.
+"""Test layout rules, checked in the unit run.
+
+Test modules need unique basenames.
 
 pytest's default (rootdir) import mode imports ``tests/a/test_x.py`` and
 ``tests/b/test_x.py`` both as the module ``test_x``, and collection of the whole
 suite then fails ("import file mismatch") although each file passes alone.  This
 check names the clash at once, in the unit run.
+
+No test module imports another: shared code lives in helper modules or fixtures.
 """
 
+import ast
 from collections import defaultdict
 from pathlib import Path
 
@@ -19,3 +24,88 @@ def test_test_module_basenames_are_unique() -> None:
             seen[path.name].append(str(path.relative_to(TESTS)))
     clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
     assert clashes == {}, f"rename one of each: {clashes}"
+
+
+def _imported_modules(path: Path) -> list[tuple[int, str]]:
+    """``(line, module)`` for every import in ``path`` (top level or nested)."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    out: list[tuple[int, str]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, alias.name) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            out.append((node.lineno, node.module))
+            # `from tests.integration import test_worker` names the module in the alias
+            out.extend((node.lineno, f"{node.module}.{a.name}") for a in node.names)
+    return sorted(out)
+
+
+def modules_importing_test_modules(paths: list[Path], root: Path = TESTS) -> list[str]:
+    """Lines of ``paths`` that import a test module (``test_*``), as ``file:line: module``."""
+    found: list[str] = []
+    for path in paths:
+        for line, module in _imported_modules(path):
+            if module.rsplit(".", 1)[-1].startswith("test_"):
+                found.append(f"{path.relative_to(root)}:{line}: imports {module}")
+    return found
+
+
+def test_no_test_module_imports_another() -> None:
+    """Shared helpers live in helper modules (tests/integration/procs.py, kafka_io.py,
+    workloads.py, ...) or fixtures: importing a test module re-runs its module code
+    under a second name and ties the two modules' layouts together."""
+    offenders = modules_importing_test_modules(sorted(TESTS.rglob("test_*.py")))
+    assert offenders == [], "move the shared code into a helper module:\n" + "\n".join(offenders)
+
+
+def test_the_import_check_finds_an_injected_import(tmp_path: Path) -> None:
+    """The check above can fail: it names each form of importing a test module."""
+    bad = tmp_path / "test_bad.py"
+    bad.write_text(
+        "import os\n"
+        "from test_worker import WorkerProc\n"
+        "def f():\n"
+        "    from tests.integration.test_pipeline import read_all\n"
+        "from tests.integration import test_replay\n"
+        "from procs import RouterProc\n"
+    )
+    found = modules_importing_test_modules([bad], root=tmp_path)
+    assert found == [
+        "test_bad.py:2: imports test_worker",
+        "test_bad.py:4: imports tests.integration.test_pipeline",
+        "test_bad.py:5: imports tests.integration.test_replay",
+    ]
+
+
+def test_helper_module_basenames_are_unique() -> None:
+    """Helper modules are imported by basename too (their directory is on sys.path),
+    so two ``procs.py`` under tests/ would shadow each other.  tests/bench is not
+    imported by pytest (its scripts run on their own) and is left out."""
+    seen: defaultdict[str, list[str]] = defaultdict(list)
+    for path in TESTS.rglob("*.py"):
+        rel = path.relative_to(TESTS)
+        if rel.parts[0] == "bench" or path.name in ("conftest.py", "__init__.py"):
+            continue
+        seen[path.name].append(str(rel))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert clashes == {}, f"rename one of each: {clashes}"
+
+
+def test_cpu_serial_entries_name_existing_tests() -> None:
+    """Each entry of ``CPU_SERIAL`` (tests/conftest.py: the xdist group of heavy tests)
+    names a module that exists, or a test function defined in it: a renamed test must
+    not silently leave the group."""
+    tree = ast.parse((TESTS / "conftest.py").read_text())
+    entries = next(
+        ast.literal_eval(node.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "CPU_SERIAL" for t in node.targets)
+    )
+    stale: list[str] = []
+    for entry in entries:
+        module, _, test = entry.partition("::")
+        path = TESTS.parent / module
+        if not path.is_file() or (test and f"def {test}" not in path.read_text()):
+            stale.append(entry)
+    assert entries and stale == [], f"update CPU_SERIAL in tests/conftest.py: {stale}"

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from test_outputs import looping  # tests/unit/app is on sys.path
+from app_events import looping
 
 from streams.app.batch import EventBatchHandler
 from streams.app.outputs import OutputEncoder

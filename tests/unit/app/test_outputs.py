@@ -2,44 +2,14 @@
 
 from __future__ import annotations
 
+from app_events import T0, looping
+
 from streams.app.outputs import OutputEncoder
 from streams.app.processor import EventProcessor
 from streams.core.events import META_SNAPSHOT_ID, TraceEvent
 from streams.serde import AssessmentSerde, PatternSerde
 from streams.settings import Settings
 from streams.snapshots import decode_snapshot
-
-T0 = 1_767_225_600_000
-
-
-def looping(n: int) -> list[TraceEvent]:
-    out: list[TraceEvent] = []
-    for i in range(n):
-        ts = T0 + i * 2000
-        out.append(
-            TraceEvent(
-                "tool_call",
-                "s1",
-                2 * i,
-                ts,
-                call_id=f"c{i}",
-                tool_name="run_tests",
-                input={"cmd": "pytest"},
-            )
-        )
-        out.append(
-            TraceEvent(
-                "tool_result",
-                "s1",
-                2 * i + 1,
-                ts + 500,
-                call_id=f"c{i}",
-                tool_name="run_tests",
-                is_error=True,
-                error_message="AssertionError: assert 404 == 200",
-            )
-        )
-    return out
 
 
 def run(events: list[TraceEvent]) -> tuple[EventProcessor, list]:  # type: ignore[type-arg]

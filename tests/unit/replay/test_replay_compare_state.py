@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from test_replay_offline import T0, failing_session
+from replay_sessions import T0, failing_session
 
 from streams.app.processor import EventProcessor
 from streams.app.state import SessionCounters

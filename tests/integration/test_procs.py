@@ -1,0 +1,28 @@
+"""The process harness itself (tests/integration/procs.py): no broker needed.
+
+What must hold: a process started through procs and left running by a test is
+stopped by the autouse teardown (``_reap_test_processes``), and named.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from procs import _track, reap_processes
+
+
+def test_reap_stops_what_a_test_left_running_and_names_it() -> None:
+    done = _track(subprocess.Popen([sys.executable, "-c", "pass"]))
+    done.wait(30)
+    left = _track(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"]))
+    assert left.poll() is None
+    named = reap_processes(timeout_s=10)
+    assert left.poll() is not None  # stopped (SIGTERM) and waited for
+    assert named == [f"pid {left.pid} (import time; time.sleep(120))"]  # not the finished one
+    assert reap_processes() == []  # nothing is reaped twice
+
+
+def test_every_integration_test_gets_the_reaping_teardown(request: pytest.FixtureRequest) -> None:
+    assert "_reap_test_processes" in request.fixturenames

@@ -48,6 +48,9 @@ CPU_SERIAL = (
     "tests/integration/test_replay_volume.py",
     "tests/integration/test_ingest_acceptance.py",
     "tests/integration/test_subscriber_kafka.py::test_context_for_scans_a_large_partition",
+    "tests/chaos/test_chaos_faults.py",
+    "tests/integration/test_router_broker_restart.py",
+    "tests/integration/test_otlp_receiver.py",
 )
 
 

@@ -25,8 +25,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka.admin import AdminClient, NewTopic
-from router_proc import RouterProc, SessionStreamPublisher
-from test_router import read_topic
+from kafka_io import SessionStreamPublisher
+from procs import RouterProc
+from router_io import read_topic
 
 from streams.broker import LocalBroker, ensure_jars, free_ports
 from streams.core.events import TraceEvent

@@ -15,8 +15,8 @@ import time
 from pathlib import Path
 
 import pytest
-from router_proc import RouterProc
-from test_router import read_topic
+from procs import RouterProc
+from router_io import read_topic
 
 from streams.sdk import Publisher
 from streams.serde import EventSerde

@@ -21,8 +21,8 @@ from typing import Any
 
 import fastavro
 import pytest
-from router_proc import RouterProc
-from test_router import headers_of, publish, read_topic
+from procs import RouterProc
+from router_io import headers_of, publish, read_topic
 
 from streams.core.events import TraceEvent
 from streams.router.validate import DLQ_ERROR_CLASS, DLQ_REASON

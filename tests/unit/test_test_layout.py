@@ -41,11 +41,18 @@ def _imported_modules(path: Path) -> list[tuple[int, str]]:
 
 
 def modules_importing_test_modules(paths: list[Path], root: Path = TESTS) -> list[str]:
-    """Lines of ``paths`` that import a test module (``test_*``), as ``file:line: module``."""
+    """Lines of ``paths`` that import a test module of ours (``test_*`` under ``root``,
+    imported by its bare name as pytest's rootdir insertion allows, or as
+    ``tests.<...>``), as ``file:line: module``.  A library's ``test_*`` module
+    (``aiohttp.test_utils``) is not one of ours."""
+    ours = {p.stem for p in root.rglob("test_*.py")}
     found: list[str] = []
     for path in paths:
         for line, module in _imported_modules(path):
-            if module.rsplit(".", 1)[-1].startswith("test_"):
+            last = module.rsplit(".", 1)[-1]
+            if not last.startswith("test_"):
+                continue
+            if module.startswith("tests.") or ("." not in module and last in ours):
                 found.append(f"{path.relative_to(root)}:{line}: imports {module}")
     return found
 
@@ -68,7 +75,9 @@ def test_the_import_check_finds_an_injected_import(tmp_path: Path) -> None:
         "    from tests.integration.test_pipeline import read_all\n"
         "from tests.integration import test_replay\n"
         "from procs import RouterProc\n"
+        "from aiohttp.test_utils import TestClient\n"  # a library's: not ours
     )
+    (tmp_path / "test_worker.py").write_text("")  # ours, imported by its bare name
     found = modules_importing_test_modules([bad], root=tmp_path)
     assert found == [
         "test_bad.py:2: imports test_worker",

@@ -1,0 +1,72 @@
+"""Raw produce / read helpers of the router tests (shared by the test modules that
+check what the router forwards and dead-letters; no test module imports another)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
+
+
+def publish(
+    bootstrap: str, items: list[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]]
+) -> dict[tuple[str, int], int]:
+    """Produce (topic, key, value, headers) in order; returns (topic, index)->offset."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    offsets: dict[tuple[str, int], int] = {}
+    errors: list[str] = []
+
+    def done(idx: int):  # type: ignore[no-untyped-def]
+        def cb(err, msg):  # type: ignore[no-untyped-def]
+            if err is not None:
+                errors.append(str(err))
+            else:
+                offsets[(msg.topic(), idx)] = msg.offset()
+
+        return cb
+
+    for i, (topic, key, value, headers) in enumerate(items):
+        producer.produce(topic, value, key, headers=headers, on_delivery=done(i))
+        producer.poll(0)
+    assert producer.flush(30) == 0
+    assert not errors, errors
+    return offsets
+
+
+def read_topic(
+    bootstrap: str, topic: str, expect: int, *, idle_s: float = 2.0, timeout_s: float = 60.0
+) -> list[Any]:
+    """All committed messages of ``topic`` (read_committed); waits for ``expect``,
+    then keeps reading for ``idle_s`` so duplicates would be seen too."""
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "reader-" + topic,
+            "isolation.level": "read_committed",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        md = consumer.list_topics(topic, timeout=10)
+        parts = md.topics[topic].partitions
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: list[Any] = []
+        deadline = time.monotonic() + timeout_s
+        last = time.monotonic()
+        while time.monotonic() < deadline:
+            batch = consumer.consume(500, timeout=0.2)
+            for m in batch:
+                assert m.error() is None, m.error()
+                out.append(m)
+            if batch:
+                last = time.monotonic()
+            elif len(out) >= expect and time.monotonic() - last >= idle_s:
+                break
+        return out
+    finally:
+        consumer.close()
+
+
+def headers_of(msg: Any) -> dict[str, bytes]:
+    return dict(msg.headers() or [])

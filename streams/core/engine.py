@@ -48,6 +48,7 @@ from streams.core.assessment import (
     AssessmentHistory,
     CurrentAssessment,
     TriggerKind,
+    severity_rank,
     severity_trend,
 )
 from streams.core.codec import state_type
@@ -66,6 +67,12 @@ from streams.core.patterns import TrajectoryPattern
 
 if TYPE_CHECKING:
     from streams.core.config import EngineConfig
+
+#: How many tool calls another observer's caution-or-warning assessment stays in the
+#: current one while that observer does not run again (``SessionEngine._with_standing``);
+#: the specification's staleness window, ``CurrentAssessment.is_stale``'s default.
+STANDING_MAX_AGE_CALLS = 20
+_CAUTION_RANK = severity_rank("caution")
 
 
 class AnalysisBuilder(AnalysisView, Protocol):
@@ -493,7 +500,7 @@ class SessionEngine:
             self._deadline_reported_ms = self._budget.deadline_ms
         previous = self._history.latest
         current = CurrentAssessment(
-            assessments=tuple(a for _, a in produced),
+            assessments=self._with_standing(produced, count),
             generated_at_ms=now,
             call_index=count,
             session_id=self._session_id,
@@ -509,6 +516,40 @@ class SessionEngine:
             for tool in a.suggested_tools:
                 self._builder.note_suggestion(tool)
         return current
+
+    def _with_standing(
+        self, produced: list[tuple[str, Assessment]], count: int
+    ) -> tuple[Assessment, ...]:
+        """The new assessments plus every other observer's standing caution or
+        warning, in the observers' configured order.
+
+        Why: the specification replaces the current assessment with what ran at this
+        trigger, so a budget warning made at call 30 vanished from the agent's context
+        as soon as the pattern observer said anything at call 31, while the budget was
+        still exceeded.  An assessment of caution or above stays in the current one
+        while its observer has not run again and it is at most
+        ``STANDING_MAX_AGE_CALLS`` calls old (the staleness window ``context_for``
+        uses); its observer's next run replaces it.  Deterministic: the call count
+        only, no clock.
+        """
+        ran = {name for name, _ in produced}
+        new = dict(produced)
+        standing: dict[str, Assessment] = {}
+        current = self._current
+        if current is not None:
+            by_observer = {oc.observer.name: name for name, oc in self._observers}
+            for a in current.assessments:
+                name = by_observer.get(a.observer_name)
+                if name is None or name in ran or severity_rank(a.severity) < _CAUTION_RANK:
+                    continue
+                made_at = self._observer_states[name].last_assessment_call_index
+                if count - made_at <= STANDING_MAX_AGE_CALLS:
+                    standing[name] = a
+        return tuple(
+            new.get(name) or standing[name]
+            for name, _ in self._observers
+            if name in new or name in standing
+        )
 
     def _take_snapshot(self, ev: TraceEvent) -> None:
         sid = ev.metadata[META_SNAPSHOT_ID]

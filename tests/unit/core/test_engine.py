@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from streams.core.codec import decode_state, encode_state, to_canonical
 from streams.core.config import EngineConfig, ObserverSpec
-from streams.core.engine import EngineOutput, SessionEngine
+from streams.core.engine import STANDING_MAX_AGE_CALLS, EngineOutput, SessionEngine
 from streams.core.errors import InvalidEventError
 from streams.core.events import Budget, TraceEvent
 from streams.core.observers import ObserverTrigger
@@ -552,3 +552,78 @@ def test_snapshot_build_resumes_identically(events: list[TraceEvent], data: st.D
             rest.append(resumed.on_timer(ev.timestamp_ms + 45_000))
     assert to_canonical(got + rest, root="out") == to_canonical(expected, root="out")
     assert encode_state(resumed.snapshot()) == encode_state(whole.snapshot())
+
+
+def _standing_scenario(gap: int) -> list[tuple[int, list[tuple[str, str]]]]:
+    """A budget warning after 3 failures, ``gap`` clean calls, then an `ls` loop."""
+    from streams.core.events import Budget
+
+    tr = Trace()
+    tr.add("session_start", metadata={"task": "fix login"})
+    tr.add("budget", budget=Budget(max_tokens=1000, tokens_used=1500))
+    for i in range(3):
+        tr.call("bash", {"command": f"make t{i}"}, ok=False, err=f"boom {i} {'x' * i}")
+    for i in range(gap):
+        tr.call("read_file", {"path": f"src/f{i}.py"})
+    for _ in range(8):
+        tr.call("bash", {"command": "ls -F"})
+    cfg = EngineConfig(
+        observers=(
+            ObserverSpec(
+                "resource",
+                ObserverTrigger(after_consecutive_errors=3),
+                (("require_budget", True),),
+            ),
+            ObserverSpec("pattern", ObserverTrigger(on_every_call=True)),
+        )
+    )
+    outs = run(SessionEngine.create("s1", cfg), tr.events)
+    return [
+        (o.assessment.call_index, [(a.observer_name, a.severity) for a in o.assessment.assessments])
+        for o in outs
+        if o.assessment
+    ]
+
+
+def test_another_observers_warning_stands_while_it_is_fresh() -> None:
+    """The pattern observer speaking must not wipe a budget warning from the agent's
+    context: it stands beside the new assessment while at most 20 calls old."""
+    got = _standing_scenario(gap=5)
+    assert got[0] == (3, [("Resources", "warning")])
+    later = [(c, names) for c, names in got[1:]]
+    assert later and all(c - 3 <= STANDING_MAX_AGE_CALLS for c, _ in later)
+    for _, names in later:
+        assert ("Resources", "warning") in names and ("Patterns", "warning") in names
+
+
+def test_a_standing_assessment_lapses_after_the_staleness_window() -> None:
+    got = _standing_scenario(gap=25)
+    assert got[0] == (3, [("Resources", "warning")])
+    assert got[1:] and all(c - 3 > STANDING_MAX_AGE_CALLS for c, _ in got[1:])
+    for _, names in got[1:]:
+        assert [n for n, _ in names] == ["Patterns"]
+
+
+def test_a_budget_burners_warning_is_never_displaced_by_the_pattern_observer() -> None:
+    """Simulated budget burners: once the budget warning is made, every assessment
+    within the next 20 calls still carries it (17 of 40 seeds lost it before)."""
+    from itertools import islice
+
+    from streams.sim.events import session_events
+
+    carried = 0
+    for seed in range(12):
+        sid = f"s{seed}-budget_burner"
+        eng = SessionEngine.create(sid)
+        warned_at: int | None = None
+        for ev in islice(session_events("budget_burner", seed, sid, t0_ms=1_700_000_000_000), 80):
+            a = eng.on_event(ev).assessment
+            if a is None:
+                continue
+            names = {x.observer_name: x.severity for x in a.assessments}
+            if names.get("Resources") == "warning" and "Patterns" not in names:
+                warned_at = a.call_index  # the resource observer ran alone
+            elif warned_at is not None and a.call_index - warned_at <= STANDING_MAX_AGE_CALLS:
+                assert names.get("Resources") == "warning", (seed, a.call_index, names)
+                carried += "Patterns" in names
+    assert carried > 0  # the situation really occurred

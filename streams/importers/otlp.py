@@ -446,6 +446,24 @@ def map_span(span: Span) -> Mapped | None:
     message = span.status_message or (str(err_type) if err_type else "")
     if failed and not message:
         message = str(attrs.get("exception.message") or "error")
+    pair = _call_and_result(
+        call_id, tool, args, result, (start, end), message if failed else None, latency
+    )
+    return Mapped(sid, key, pair)
+
+
+def _call_and_result(
+    call_id: str,
+    tool: str,
+    args: JsonValue,
+    output: JsonValue,
+    times_ms: tuple[int, int],
+    error_message: str | None,
+    latency_ms: int | None,
+) -> tuple[Pending, Pending]:
+    """The ``tool_call`` / ``tool_result`` pair one tool span or tool log event maps
+    to (``error_message`` set: the result is an error)."""
+    start, end = times_ms
     call = Pending(
         start,
         _RANK["tool_call"],
@@ -464,13 +482,13 @@ def map_span(span: Span) -> Mapped | None:
         {
             "call_id": call_id,
             "tool_name": tool,
-            "output": result,
-            "is_error": failed,
-            "error_message": message if failed else None,
-            "latency_ms": latency,
+            "output": output,
+            "is_error": error_message is not None,
+            "error_message": error_message,
+            "latency_ms": latency_ms,
         },
     )
-    return Mapped(sid, key, (call, res))
+    return call, res
 
 
 def _truthy(value: JsonValue) -> bool | None:
@@ -550,31 +568,9 @@ def map_log(rec: LogRecord) -> Mapped | None:
         failed = success is False or bool(error)
         output = attrs.get("output")
         start = ts - max(0, duration or 0)
-        call = Pending(
-            start,
-            _RANK["tool_call"],
-            "tool_call",
-            {
-                "call_id": cid,
-                "tool_name": tool,
-                "input": args,
-                "params_summary": summarize(args) if args is not None else None,
-            },
-        )
-        res = Pending(
-            ts,
-            _RANK["tool_result"],
-            "tool_result",
-            {
-                "call_id": cid,
-                "tool_name": tool,
-                "output": output,
-                "is_error": failed,
-                "error_message": (str(error) if error else "tool failed") if failed else None,
-                "latency_ms": duration,
-            },
-        )
-        return Mapped(sid, key, (call, res))
+        failure = (str(error) if error else "tool failed") if failed else None
+        pair = _call_and_result(cid, tool, args, output, (start, ts), failure, duration)
+        return Mapped(sid, key, pair)
     if kind == "api_request" or (
         kind == "sse_event" and attrs.get("event.kind") == "response.completed"
     ):

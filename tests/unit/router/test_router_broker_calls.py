@@ -108,3 +108,18 @@ def test_giving_up_after_broker_wait_is_a_loud_delivery_error(
 
     with pytest.raises(DeliveryError, match=r"is the broker at 127\.0\.0\.1:1 up"):
         _router()._broker_call("commit_transaction", call)
+
+
+def test_a_rewind_never_goes_behind_what_this_router_committed() -> None:
+    from confluent_kafka import OFFSET_BEGINNING
+
+    from streams.router.router import rewind_offset
+
+    # the lookup answered "none yet" / an older offset than our last commit stored
+    assert rewind_offset(-1001, 50) == 50
+    assert rewind_offset(10, 50) == 50
+    # another owner moved it further (we got the partition back): the group's wins
+    assert rewind_offset(80, 50) == 80
+    # nothing committed anywhere: from the beginning, as before
+    assert rewind_offset(-1001, None) == OFFSET_BEGINNING
+    assert rewind_offset(7, None) == 7

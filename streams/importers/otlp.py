@@ -621,24 +621,18 @@ def read(docs: list[object], path: Path) -> Iterator[TraceEvent]:
         assert isinstance(doc, Mapping)
         mapped: list[Mapped] = []
         try:
-            for where, item in spans_from_json(doc):
-                if isinstance(item, MappingError):
-                    raise ImportFormatError(str(path), str(item))
-                try:
-                    m = map_span(item)
-                except MappingError as exc:
-                    raise ImportFormatError(str(path), f"{where}.{exc}") from exc
-                if m is not None:
-                    mapped.append(m)
-            for where, rec in logs_from_json(doc):
-                if isinstance(rec, MappingError):
-                    raise ImportFormatError(str(path), str(rec))
-                try:
-                    m = map_log(rec)
-                except MappingError as exc:
-                    raise ImportFormatError(str(path), f"{where}.{exc}") from exc
-                if m is not None:
-                    mapped.append(m)
+            signals: tuple[tuple[Iterator[tuple[str, Any]], Callable[[Any], Mapped | None]], ...]
+            signals = ((spans_from_json(doc), map_span), (logs_from_json(doc), map_log))
+            for walk, map_item in signals:
+                for where, found in walk:
+                    if isinstance(found, MappingError):
+                        raise ImportFormatError(str(path), str(found))
+                    try:
+                        m = map_item(found)
+                    except MappingError as exc:
+                        raise ImportFormatError(str(path), f"{where}.{exc}") from exc
+                    if m is not None:
+                        mapped.append(m)
         except MappingError as exc:
             raise ImportFormatError(str(path), f"document {d}: {exc}") from exc
         for m in mapped:

@@ -12,7 +12,7 @@ The model (docs/security.md has the long form):
   (announcements of new sessions; the router only uses them to subscribe sooner).
   It may read nothing: no other tenant's session, and no assessment, because the
   assessments topics are shared by every tenant.  An agent reads its own
-  assessments through the HTTP view with its tenant's token (``streams.app.auth``),
+  assessments through the HTTP view with its tenant's token (``streams.worker.auth``),
   which answers only for session ids of that tenant.
 * The **service** credential (router and worker) gets everything under the
   deployment's names: topics, groups and transactional ids prefixed ``<prefix>.``,

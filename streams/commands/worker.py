@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
 
     import gc
 
-    from streams.app.faust_app import create_app
+    from streams.worker.faust_app import create_app
 
     # The worker keeps tens of thousands of long-lived objects per session in
     # memory; CPython's default thresholds (700, 10, 10) then run full (gen 2)
@@ -167,8 +167,8 @@ def run(args: argparse.Namespace) -> int:
     # rarer old ones (measured: no gen-2 pause in 60k events, max pause 59 ms,
     # +18 % events/s; docs/faust-notes.md "Garbage collection").
     gc.set_threshold(10_000, 50, 100)
-    from streams.app.topics import ensure_topics
     from streams.settings import Settings
+    from streams.worker.topics import ensure_topics
 
     settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
     engine_config = None
@@ -180,7 +180,7 @@ def run(args: argparse.Namespace) -> int:
         from streams.security import verify_connection
 
         verify_connection(settings.bootstrap, settings.security)  # wrong password: fail fast
-    from streams.app.auth import TLS_CERT_ENV, TLS_KEY_ENV, TOKENS_ENV, ViewAuth, tls_context
+    from streams.worker.auth import TLS_CERT_ENV, TLS_KEY_ENV, TOKENS_ENV, ViewAuth, tls_context
 
     tokens = args.http_tokens_file or os.environ.get(TOKENS_ENV)
     partitions = ensure_topics(settings)

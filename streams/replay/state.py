@@ -6,13 +6,13 @@ on the topics stayed right).  The worker's tables are what a restarted worker
 resumes from, so they must equal what the same events give when replayed.
 
 * :class:`StateReplay` produces the replay's tables with the pure code the worker
-  runs (:class:`~streams.app.processor.EventProcessor` over dict tables: counters,
+  runs (:class:`~streams.worker.processor.EventProcessor` over dict tables: counters,
   budgets, minutes and the core engine), so both sides share one definition of
   "apply an event".  An event the engine rejects (``InvalidEventError``) is
   dead-lettered by the worker and changes nothing; here it is counted and skipped
   the same way.
 * :func:`read_changelogs` reads the live side from the changelog topics
-  (``<prefix>-observer-<table>-changelog``, :func:`streams.app.faust_app.changelog_topic`):
+  (``<prefix>-observer-<table>-changelog``, :func:`streams.worker.faust_app.changelog_topic`):
   what survives a restart, not what one process holds in memory.  Latest value
   per key wins (offset order within a partition; a table key lives in one
   partition, the one its session's events arrive on).
@@ -41,12 +41,12 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Final
 
-from streams.app.processor import EventProcessor, TableName
-from streams.app.state import BudgetState, MinuteCounts, SessionCounters
 from streams.core.codec import decode_state, encode_state, to_canonical
 from streams.core.config import EngineConfig
 from streams.core.errors import InvalidEventError, StateDecodeError
 from streams.core.events import TraceEvent
+from streams.worker.processor import EventProcessor, TableName
+from streams.worker.state import BudgetState, MinuteCounts, SessionCounters
 
 #: The worker's tables, in the order differences are reported.
 TABLES: Final[tuple[TableName, ...]] = ("sessions", "budgets", "minutes", "engines")
@@ -155,9 +155,9 @@ def read_changelogs(
     """
     from confluent_kafka.admin import AdminClient
 
-    from streams.app.faust_app import changelog_topic
     from streams.replay.reader import TopicReader
     from streams.settings import Settings
+    from streams.worker.faust_app import changelog_topic
 
     settings = Settings(bootstrap=bootstrap, prefix=prefix)
     existing = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout_s).topics

@@ -361,7 +361,7 @@ class Router:
             **client_config(self.settings.security),
             "linger.ms": cfg.resolved_linger_ms(),
             # Java-compatible murmur2 for keyed messages, as Faust/aiokafka: the worker's
-            # HTTP routing computes a session's partition this way (streams.app.web).
+            # HTTP routing computes a session's partition this way (streams.worker.web).
             "partitioner": "murmur2_random",
             "message.max.bytes": self._max_bytes + 2 * _TOPIC_MARGIN,
             # Failures only: a Python callback per delivered message costs ~1 us each.

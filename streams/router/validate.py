@@ -102,7 +102,7 @@ def check_event(ev: TraceEvent, topic_session: str, topic: str) -> Verdict:
 def event_error(ev: TraceEvent, topic_session: str, topic: str) -> InvalidEventError | None:
     """What :func:`check_event` refuses, as the error to raise (None: the event is fine).
 
-    The worker calls it on every event it decodes (``streams.app.batch``), so
+    The worker calls it on every event it decodes (``streams.worker.batch``), so
     the checks hold whether or not the router decoded the event (``validation``).
     """
     if not isinstance(ev.session_id, str) or ev.session_id != topic_session:
@@ -222,7 +222,7 @@ def check_routing(
     Everything else (a truncated or trailing body, ``seq``/``timestamp_ms``, JSON
     fields) is checked by the worker, which decodes every event anyway and
     dead-letters with the same reasons and the source coordinates the router
-    forwards in ``src.*`` headers (``streams.app.batch``).  The returned
+    forwards in ``src.*`` headers (``streams.worker.batch``).  The returned
     :class:`Accepted` has ``seq`` -1: the router did not read it.
     """
     topic_session = session_id_of_topic(prefix, topic)

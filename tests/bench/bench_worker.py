@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
 
-    from streams.app.topics import ensure_topics
+    from streams.worker.topics import ensure_topics
 
     t0 = time.perf_counter()
     events = sim_events(args.events, args.sessions)

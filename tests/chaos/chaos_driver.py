@@ -574,9 +574,9 @@ def _read_topic(bootstrap: str, topic: str, committed: bool = True) -> list[Any]
 
 def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = print) -> ChaosResult:
     """One chaos run in ``workdir`` (logs and data stay there); see the module docstring."""
-    from streams.app.topics import ensure_topics
     from streams.broker import LocalBroker, ensure_jars, free_ports
     from streams.settings import Settings
+    from streams.worker.topics import ensure_topics
 
     rng = random.Random(cfg.seed)
     result = ChaosResult(config=cfg)

@@ -123,7 +123,7 @@ class WorkerProc:
         extra: tuple[str, ...] = (),
         port: int | None = None,
     ) -> None:
-        from streams.app.topics import ensure_topics
+        from streams.worker.topics import ensure_topics
 
         # Create <prefix>.events (settings.events_partitions) before anything produces:
         # on a broker with auto-creation a first produce would make a 1-partition topic.

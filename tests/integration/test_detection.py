@@ -210,7 +210,7 @@ def test_a_restarted_worker_still_reports_a_quiet_sessions_deadline(
 def test_sigkill_mid_stream_loses_no_pattern_and_matches_offline(
     settings: Settings, tmp_path: Path
 ) -> None:
-    from streams.app.topics import ensure_topics
+    from streams.worker.topics import ensure_topics
 
     # big enough that the kill lands mid-stream: one worker applies ~10k events/s
     events = fleet_events(30_000, 60, seed=3, prefix="kill")

@@ -174,7 +174,7 @@ def metric(text: str, name: str, labels: str = "") -> float:
 
 @pytest.mark.timeout(240)
 def test_views_of_one_worker(settings: Settings, tmp_path: Path) -> None:
-    from streams.app.topics import ensure_topics
+    from streams.worker.topics import ensure_topics
 
     assert ensure_topics(settings) == settings.events_partitions
     loop_ev = looping("ci-loop-1")
@@ -282,7 +282,7 @@ def _assessments_published(events: list[TraceEvent]) -> int:
 
 @pytest.mark.timeout(360)
 def test_two_workers_forward_to_the_partition_owner(settings: Settings, tmp_path: Path) -> None:
-    from streams.app.topics import ensure_topics
+    from streams.worker.topics import ensure_topics
 
     assert ensure_topics(settings) == settings.events_partitions == 3
     sids = [f"fw-{i}" for i in range(12)]

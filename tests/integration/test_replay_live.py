@@ -15,8 +15,6 @@ from kafka_io import publish
 from procs import RouterProc, WorkerProc
 from workloads import session_events
 
-from streams.app.faust_app import changelog_topic
-from streams.app.state import SessionCounters
 from streams.cli import main
 from streams.core.codec import decode_state
 from streams.replay.compare import compare_live
@@ -24,6 +22,8 @@ from streams.replay.reader import TopicReader
 from streams.replay.replay import read_live, replay_events
 from streams.replay.state import read_changelogs, replay_state
 from streams.settings import Settings
+from streams.worker.faust_app import changelog_topic
+from streams.worker.state import SessionCounters
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 

@@ -166,7 +166,7 @@ def test_framing_validation_refuses_what_it_can_see_and_forwards_the_rest_with_i
 ) -> None:
     """Default ``validation="framing"`` (decode once): framing, schema, session and size
     are refused here; a truncated tail and a negative seq are forwarded, with the
-    ``src.*`` headers the worker's dead letters carry (tests/unit/app/test_batch.py)."""
+    ``src.*`` headers the worker's dead letters carry (tests/unit/worker/test_batch.py)."""
     settings = settings.with_(max_message_bytes=8192)
     create_topics(*(settings.session_topic(s) for s in ("f0", "f1")))
     good = SERDE.encode(event("f0", 1))

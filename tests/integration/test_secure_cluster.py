@@ -264,7 +264,7 @@ def test_an_agent_cannot_touch_another_tenants_sessions(
     assert "`trajectory acl grant agent --user agent-acme --tenant globex`" in message, message
 
     # reading assessments with an agent credential: refused, nothing returned
-    from streams.app.topics import ensure_topics
+    from streams.worker.topics import ensure_topics
 
     ensure_topics(tenants["svc"])  # the assessments topics exist (made by the service)
     with pytest.raises(SecurityError, match="ACLs do not allow user 'agent-acme'"):

@@ -36,8 +36,8 @@ pytestmark = pytest.mark.integration
 def test_acl_init_script_makes_working_service_and_agent_credentials(
     secure_kafka: SecureKafka, topic_prefix: str, tmp_path: Path
 ) -> None:
-    from streams.app.topics import ensure_topics
     from streams.sdk import Publisher
+    from streams.worker.topics import ensure_topics
 
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     script = services["acl-init"]["command"][0].replace("$$", "$")

@@ -64,8 +64,8 @@ def read_topic(settings: Settings, topic: str) -> list[tuple[bytes | None, bytes
 
 def engine_state(settings: Settings, session_id: str, want_seq: int, timeout_s: float = 60.0):
     """The worker's flushed engine state of ``session_id`` once it covers ``want_seq``."""
-    from streams.app.faust_app import changelog_topic
     from streams.core.codec import decode_state
+    from streams.worker.faust_app import changelog_topic
 
     topic = changelog_topic(settings, "engines")
     deadline = time.monotonic() + timeout_s

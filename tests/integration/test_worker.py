@@ -9,7 +9,7 @@ is what restarts must preserve; the fresh-data-dir restart then proves the
 changelog alone carries the state.
 
 Expected values are computed here from the produced events, independently of
-``streams.app.state``.
+``streams.worker.state``.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Event workloads for the integration tests and the table values they must produce.
 
 ``make_session`` (budget, tool call/result pairs with some failures, model steps)
-and ``expected_of`` compute, independently of ``streams.app.state``, what the
+and ``expected_of`` compute, independently of ``streams.worker.state``, what the
 worker's tables must hold; ``check_tables`` compares them with a worker's HTTP view.
 ``session_events`` is a session that keeps failing the same way (patterns and
 assessments fire).  Test modules import these from here, never from one another.

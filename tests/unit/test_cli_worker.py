@@ -42,8 +42,8 @@ def test_worker_rejects_a_session_timeout_the_broker_refuses(
 
 def test_create_app_creates_a_new_data_dir_under_the_worker_id(tmp_path: Path) -> None:
     """Issue #15: ``--worker-id X --data-dir NEW`` failed with FileNotFoundError."""
-    from streams.app.faust_app import create_app
     from streams.settings import Settings
+    from streams.worker.faust_app import create_app
 
     settings = Settings().with_(bootstrap="127.0.0.1:1", prefix="t")
     create_app(settings, data_dir=tmp_path / "new", worker_id="X", web_enabled=False)
@@ -51,9 +51,9 @@ def test_create_app_creates_a_new_data_dir_under_the_worker_id(tmp_path: Path) -
 
 
 def test_create_app_names_a_session_timeout_out_of_range(tmp_path: Path) -> None:
-    from streams.app.faust_app import create_app
     from streams.core.errors import ConfigError
     from streams.settings import Settings
+    from streams.worker.faust_app import create_app
 
     settings = Settings().with_(bootstrap="127.0.0.1:1", prefix="t")
     with pytest.raises(ConfigError, match="session_timeout"):

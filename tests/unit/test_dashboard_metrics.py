@@ -1,7 +1,7 @@
 """deploy/grafana's dashboard queries only metrics the processes export.
 
 Every ``trajectory_*`` series a panel's PromQL names must be a sample the worker
-(:class:`~streams.app.metrics.WorkerMetrics`), the router
+(:class:`~streams.worker.metrics.WorkerMetrics`), the router
 (:class:`~streams.router.metrics.RouterMetrics`) or the OTLP receiver
 (:class:`~streams.otlp.server.ReceiverMetrics`) exposes (a counter ``x`` as
 ``x_total``, a histogram as ``x_bucket`` / ``_sum`` / ``_count``), and every label a
@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
-from streams.app.metrics import WorkerMetrics
 from streams.otlp.server import ReceiverMetrics
 from streams.router.metrics import RouterMetrics
+from streams.worker.metrics import WorkerMetrics
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 DASHBOARD = DEPLOY / "grafana" / "dashboards" / "trajectory-streams.json"

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from streams.app.auth import ViewAuth
 from streams.core.errors import ConfigError
 from streams.security import (
     SETTINGS,
@@ -18,6 +17,7 @@ from streams.security import (
     from_args,
 )
 from streams.tenancy import bindings, tenant_of, tenant_session_id
+from streams.worker.auth import ViewAuth
 
 
 def test_plaintext_default_adds_nothing_to_a_client() -> None:

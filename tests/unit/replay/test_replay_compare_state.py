@@ -7,14 +7,14 @@ import re
 
 from replay_sessions import T0, failing_session
 
-from streams.app.processor import EventProcessor
-from streams.app.state import SessionCounters
 from streams.core.codec import decode_state, encode_state
 from streams.core.events import Budget, TraceEvent
 from streams.replay.compare import CompareReport
 from streams.replay.replay import diff_live, replay_events
 from streams.replay.state import StateReplay, Tables, diff_tables, replay_state
 from streams.serde import AssessmentWire
+from streams.worker.processor import EventProcessor
+from streams.worker.state import SessionCounters
 
 
 def fleet() -> list[TraceEvent]:

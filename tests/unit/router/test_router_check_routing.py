@@ -3,7 +3,7 @@
 Against the real EventSerde, no Kafka.  Every message :func:`check_message`
 refuses for its framing, size, schema or session is refused the same way here
 without a full decode; what only a full decode finds (a truncated tail, a bad
-``seq``) is accepted here and refused by the worker (tests/unit/app/test_batch.py).
+``seq``) is accepted here and refused by the worker (tests/unit/worker/test_batch.py).
 """
 
 from __future__ import annotations

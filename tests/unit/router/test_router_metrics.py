@@ -89,7 +89,7 @@ def test_lag_sampling_is_periodic_and_forgets_revoked_partitions() -> None:
 
 
 def test_router_producer_uses_java_compatible_murmur2(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Faust's routing (and streams.app.web) computes murmur2 partitions: the router's
+    """Faust's routing (and streams.worker.web) computes murmur2 partitions: the router's
     transactional producer must place session keys the same way."""
     import streams.router.router as router_mod
     from streams.router import RouterConfig

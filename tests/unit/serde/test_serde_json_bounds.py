@@ -16,7 +16,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.app.state import SessionCounters
 from streams.core.codec import decode_state, encode_state, from_canonical, to_canonical
 from streams.core.engine import SessionEngine
 from streams.core.errors import MalformedMessageError, UnserializableError
@@ -30,6 +29,7 @@ from streams.serde.jsontext import (
     loads_json,
 )
 from streams.serde.schemas import codec_schema
+from streams.worker.state import SessionCounters
 
 
 def _raw(schema: str, record: dict[str, Any]) -> bytes:

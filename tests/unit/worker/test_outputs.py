@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from app_events import T0, looping
 
-from streams.app.outputs import OutputEncoder
-from streams.app.processor import EventProcessor
 from streams.core.events import META_SNAPSHOT_ID, TraceEvent
 from streams.serde import AssessmentSerde, PatternSerde
 from streams.settings import Settings
 from streams.snapshots import decode_snapshot
+from streams.worker.outputs import OutputEncoder
+from streams.worker.processor import EventProcessor
 
 
 def run(events: list[TraceEvent]) -> tuple[EventProcessor, list]:  # type: ignore[type-arg]

@@ -47,7 +47,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
-from streams.app.state import (
+from streams.core.codec import decode_state, encode_state
+from streams.core.engine import EngineOutput, SessionEngine, SessionState
+from streams.core.errors import InvalidEventError
+from streams.core.events import TraceEvent
+from streams.core.jsonl import event_to_json
+from streams.worker.state import (
     BudgetState,
     MinuteCounts,
     SessionCounters,
@@ -55,11 +60,6 @@ from streams.app.state import (
     minute_key,
     minute_start,
 )
-from streams.core.codec import decode_state, encode_state
-from streams.core.engine import EngineOutput, SessionEngine, SessionState
-from streams.core.errors import InvalidEventError
-from streams.core.events import TraceEvent
-from streams.core.jsonl import event_to_json
 
 if TYPE_CHECKING:
     from streams.core.assessment import CurrentAssessment
@@ -655,7 +655,7 @@ class EventProcessor:
 def check_storable(event: TraceEvent) -> None:
     """Raise ``InvalidEventError`` if ``event`` cannot be part of a table value.
 
-    Every table value is strict JSON (``streams.app.state.canonical_bytes``) or
+    Every table value is strict JSON (``streams.worker.state.canonical_bytes``) or
     the state codec, which both refuse NaN/Infinity, lone surrogates and
     over-deep nesting.  An event carrying one (``{"x": NaN}`` in ``input_json``
     passed the decoder) used to be applied and then crash the worker at the

@@ -6,15 +6,15 @@ store and ports differ per process and per test).  It declares
 * the source topic ``<prefix>.events`` (key = session id, value = Avro bytes,
   both ``raw``: we decode ourselves, so a bad message goes to ``<prefix>.dlq``
   with a reason instead of crashing the agent);
-* three changelog-backed tables with raw-bytes values (``streams.app.state``
+* three changelog-backed tables with raw-bytes values (``streams.worker.state``
   encodes/decodes them canonically): ``sessions`` (per-session counters),
   ``budgets`` (latest budget + tokens since) and ``minutes`` (tool calls and
   errors per session per event-time minute, keyed ``<session_id>@<minute_start_ms>``;
   see docs/faust-notes.md for why this is not a Faust windowed table);
 * one agent with ``concurrency=1`` (Faust may commit past unprocessed messages
   with more) that applies each event exactly once via
-  :class:`~streams.app.processor.EventProcessor`;
-* read-only web views and ``/metrics`` (``streams.app.web``, ``streams.app.metrics``).
+  :class:`~streams.worker.processor.EventProcessor`;
+* read-only web views and ``/metrics`` (``streams.worker.web``, ``streams.worker.metrics``).
 
 Co-partitioning invariant: the tables have exactly as many partitions as
 ``<prefix>.events`` and are keyed by session id, so a session's table rows live
@@ -38,17 +38,17 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
 
-from streams.app.auth import ViewAuth
-from streams.app.batch import EventBatchHandler
-from streams.app.metrics import WorkerMetrics
-from streams.app.outputs import OutputEncoder
-from streams.app.processor import EventProcessor, PendingWrite, TableWrite
-from streams.app.state import SessionCounters
-from streams.app.web import key_partition, key_str, register_views
 from streams.core.config import EngineConfig
 from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
 from streams.settings import Settings
+from streams.worker.auth import ViewAuth
+from streams.worker.batch import EventBatchHandler
+from streams.worker.metrics import WorkerMetrics
+from streams.worker.outputs import OutputEncoder
+from streams.worker.processor import EventProcessor, PendingWrite, TableWrite
+from streams.worker.state import SessionCounters
+from streams.worker.web import key_partition, key_str, register_views
 
 log = logging.getLogger(__name__)
 
@@ -529,7 +529,7 @@ def create_app(
     ``with_engine`` adds the ``engines`` table running the core
     :class:`~streams.core.engine.SessionEngine` (``engine_config``, default
     ``EngineConfig()``) on every event.  ``metrics`` (default: a fresh
-    :class:`~streams.app.metrics.WorkerMetrics`) is fed by the batch handler and served on
+    :class:`~streams.worker.metrics.WorkerMetrics`) is fed by the batch handler and served on
     ``/metrics``.  ``max_sessions_in_memory`` bounds the decoded per-session caches
     (clean sessions beyond it are evicted after each flush, ended ones always).
 
@@ -583,7 +583,7 @@ def create_app(
         web_port=web_port,
         web_bind="127.0.0.1",
         web_host="127.0.0.1",
-        web_ssl_context=web_ssl_context,  # HTTPS view (streams.app.auth.tls_context)
+        web_ssl_context=web_ssl_context,  # HTTPS view (streams.worker.auth.tls_context)
         canonical_url=f"https://127.0.0.1:{web_port}" if web_ssl_context else None,
         producer_acks=-1,
         # batch changelog writes: 3-4 table writes per event would otherwise each be a request
@@ -596,7 +596,7 @@ def create_app(
         value_serializer="raw",
         partitions=n_partitions,
     )
-    # outputs and dead letters are produced by name (streams/app/batch.py)
+    # outputs and dead letters are produced by name (streams/worker/batch.py)
     output_topics = {
         "patterns": settings.patterns_topic,
         "assessments": settings.assessments_topic,
@@ -662,7 +662,7 @@ def create_app(
         metrics=metrics,
     )
     # No agent: the consumer hands each fetched batch of <prefix>.events to the
-    # handler (streams/app/batch.py); the conductor only needs to subscribe it.
+    # handler (streams/worker/batch.py); the conductor only needs to subscribe it.
     app.topics.add(events)
     app.batch_handler = handler
 
@@ -726,7 +726,7 @@ def create_app(
                 return
             await handler.assess_quiet(int(time.time() * 1000))
 
-    # HTTP views (streams/app/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
+    # HTTP views (streams/worker/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
     register_views(
         app,
         sessions=sessions,

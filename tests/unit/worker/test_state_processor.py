@@ -6,16 +6,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.app.processor import EventProcessor
-from streams.app.state import (
+from streams.core.errors import InvalidEventError, StateDecodeError
+from streams.core.events import Budget, TraceEvent
+from streams.worker.processor import EventProcessor
+from streams.worker.state import (
     RECENT_LIMIT,
     BudgetState,
     MinuteCounts,
     SessionCounters,
     minute_key,
 )
-from streams.core.errors import InvalidEventError, StateDecodeError
-from streams.core.events import Budget, TraceEvent
 
 T0 = 1_767_225_600_000
 

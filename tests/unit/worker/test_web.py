@@ -1,10 +1,11 @@
-"""Pure helpers of the worker's HTTP view (streams.app.web): no Faust app, no Kafka."""
+"""Pure helpers of the worker's HTTP view (streams.worker.web): no Faust app, no Kafka."""
 
 from __future__ import annotations
 
 import pytest
 
-from streams.app.web import (
+from streams.core.assessment import Assessment, CurrentAssessment
+from streams.worker.web import (
     BadRequest,
     SessionRow,
     assessment_json,
@@ -19,7 +20,6 @@ from streams.app.web import (
     unknown_session_body,
     wants_json,
 )
-from streams.core.assessment import Assessment, CurrentAssessment
 
 
 def _row(sid: str, severity: str | None) -> SessionRow:

@@ -11,7 +11,7 @@
     GET /sessions/{id}/state             table values of the session (JSON)
     GET /sessions/{id}/minutes           per-minute counts of the session (JSON)
     GET /stats                           processor counters of this worker
-    GET /metrics                         Prometheus text exposition (streams.app.metrics)
+    GET /metrics                         Prometheus text exposition (streams.worker.metrics)
 
 Per-session views are answered by whichever worker owns the session's
 partition: a worker that does not own it forwards the request to the owner's
@@ -55,14 +55,14 @@ from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
 from faust.web import Request, Response, View
 from yarl import URL
 
-from streams.app.auth import ALL_TENANTS, Caller, ViewAuth
-from streams.app.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from streams.app.metrics import WorkerMetrics, faust_events_lag
-from streams.app.state import BudgetState, MinuteCounts, SessionCounters
 from streams.core.assessment import SEVERITIES, CurrentAssessment, severity_rank
 from streams.core.codec import decode_state
 from streams.core.engine import SessionState
 from streams.settings import SESSION_ID_RE
+from streams.worker.auth import ALL_TENANTS, Caller, ViewAuth
+from streams.worker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from streams.worker.metrics import WorkerMetrics, faust_events_lag
+from streams.worker.state import BudgetState, MinuteCounts, SessionCounters
 
 log = logging.getLogger(__name__)
 
@@ -318,7 +318,7 @@ def register_views(
 ) -> None:
     """Register the views above on ``app`` (a ``faust.App``); tables are Faust tables.
 
-    ``auth``: bearer tokens per tenant (:mod:`streams.app.auth`); None leaves the
+    ``auth``: bearer tokens per tenant (:mod:`streams.worker.auth`); None leaves the
     view open.
 
     ``stats()`` gives the ``/stats`` body.  ``/metrics`` is served when ``metrics``

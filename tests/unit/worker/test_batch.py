@@ -1,4 +1,4 @@
-"""The worker's batch handler (streams/app/batch.py) with fake records and a fake send."""
+"""The worker's batch handler (streams/worker/batch.py) with fake records and a fake send."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from app_events import looping
 
-from streams.app.batch import EventBatchHandler
-from streams.app.outputs import OutputEncoder
-from streams.app.processor import EventProcessor
 from streams.core.events import TraceEvent
 from streams.serde import AssessmentSerde, EventSerde, PatternSerde
 from streams.settings import Settings
+from streams.worker.batch import EventBatchHandler
+from streams.worker.outputs import OutputEncoder
+from streams.worker.processor import EventProcessor
 
 SETTINGS = Settings(prefix="t")
 SERDE = EventSerde("single-object")

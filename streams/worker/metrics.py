@@ -139,7 +139,7 @@ class WorkerMetrics:
 
     def on_assessment(self, current: CurrentAssessment) -> None:
         """Count one new assessment; also the hook for timer-made ones (no EngineOutput)."""
-        # Same rule as streams.app.outputs: only an assessment with observer output is published.
+        # Same rule as streams.worker.outputs: only an assessment with observer output is published.
         if current.assessments:
             self.assessments.labels(current.severity).inc()
 

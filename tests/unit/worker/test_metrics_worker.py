@@ -1,4 +1,4 @@
-"""Worker metrics (streams.app.metrics): hooks -> Prometheus text, own registry per instance."""
+"""Worker metrics (streams.worker.metrics): hooks -> Prometheus text, own registry per instance."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import time
 import pytest
 from prom_samples import samples
 
-from streams.app.metrics import WorkerMetrics
 from streams.core.assessment import Assessment, CurrentAssessment
 from streams.core.engine import EngineOutput, PatternDetection
 from streams.core.patterns import TrajectoryPattern
+from streams.worker.metrics import WorkerMetrics
 
 
 def _pattern(ptype: str) -> PatternDetection:

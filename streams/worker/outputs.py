@@ -41,7 +41,7 @@ from streams.core.engine import EngineOutput, SessionState
 from streams.core.events import TraceEvent
 
 if TYPE_CHECKING:
-    from streams.app.processor import TimerAssessment
+    from streams.worker.processor import TimerAssessment
 from streams.settings import Settings
 
 OutputKind = Literal["patterns", "assessments", "assessment_history", "snapshots"]

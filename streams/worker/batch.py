@@ -4,7 +4,7 @@ Why not a Faust agent: an agent pays Faust's per-message machinery (a
 ``ConsumerMessage``, a conductor dispatch, two tasks in ``wait_first``, a
 channel queue, an ``Event``, an ack) and a ``Topic.send`` per output — about
 0.25 ms per event, more than the detectors themselves.  The worker's consumer
-(``streams.app.faust_app``) hands each fetched batch of ``<prefix>.events``
+(``streams.worker.faust_app``) hands each fetched batch of ``<prefix>.events``
 records straight to :meth:`EventBatchHandler.handle` instead, and commits the
 offsets this handler reports.  Faust still owns the group, the tables, their
 changelogs and recovery, the producer, the timers and the web server.
@@ -44,9 +44,9 @@ from streams.core.events import TraceEvent
 from streams.router.validate import event_error
 
 if TYPE_CHECKING:
-    from streams.app.metrics import WorkerMetrics
-    from streams.app.outputs import OutputEncoder, OutputRecord
-    from streams.app.processor import EventProcessor
+    from streams.worker.metrics import WorkerMetrics
+    from streams.worker.outputs import OutputEncoder, OutputRecord
+    from streams.worker.processor import EventProcessor
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
-"""The Faust worker (``streams.app.faust_app``, the only Faust import) and its pure parts.
+"""The Faust worker (``streams.worker.faust_app``, the only Faust import) and its pure parts.
 
 Importing this package does not import Faust: ``create_app`` is loaded on first use,
-so ``streams.app.state`` / ``streams.app.processor`` stay cheap for tests and tools.
+so ``streams.worker.state`` / ``streams.worker.processor`` stay cheap for tests and tools.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ __all__ = ["WorkerApp", "create_app"]
 
 def __getattr__(name: str) -> Any:
     if name in __all__:
-        from streams.app import faust_app
+        from streams.worker import faust_app
 
         return getattr(faust_app, name)
     raise AttributeError(name)

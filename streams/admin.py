@@ -3,7 +3,7 @@
 Why one place: each process creates the topics it writes to (the brokers we run
 have auto-creation off, so a missing ``create`` is a loud failure, not a topic
 with the wrong partition count), and they must all treat "already exists" as
-success and every other failure as a :class:`~streams.core.errors.DeliveryError`
+success and every other failure as a :class:`~streams.errors.DeliveryError`
 that names the topic, the bootstrap address and what to check.
 
 Never probe a topic with ``list_topics(topic=...)``: on a broker with
@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from streams.core.errors import DeliveryError
+from streams.errors import DeliveryError
 from streams.security import SecurityError, explain_kafka_error
 
 

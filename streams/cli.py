@@ -1,8 +1,11 @@
 """``trajectory``: the command line.  Thin: each subcommand lives in
 ``streams/commands/<name>.py`` with ``add_arguments(parser)`` and ``run(args) -> int``.
 
-Exit codes: 0 ok, 1 the command ran and found a failure (e.g. ``eval`` verdict
-fail), 2 bad usage or input (a :class:`~streams.errors.TrajectoryError`).
+Exit codes (:mod:`streams.errors`, docs/errors.md): 0 ok; 1 the command ran and found
+a failure (e.g. ``eval`` verdict fail), or an internal error; 2 bad usage or input (a
+:class:`~streams.errors.UsageError`, or an argparse error); 3 the router's stop grace
+ran out after SIGTERM; 4 Kafka I/O failed (a :class:`~streams.errors.KafkaIOError`:
+broker down or unreachable, a write not acknowledged, a read that failed).
 """
 
 from __future__ import annotations
@@ -68,6 +71,11 @@ TRAJECTORY_SCHEMA_REGISTRY_URL, TRAJECTORY_PRIVACY (full|summary).  TLS/SASL:
 --security-protocol, --sasl-*, --ssl-*, --kafka-properties (TRAJECTORY_SECURITY_PROTOCOL,
 ...; docs/security.md has the table).
 Run `trajectory COMMAND --help` for each command's options and examples.
+
+Exit codes: 0 ok; 1 the command found a failure (eval verdict, broker status down)
+or an internal error; 2 bad usage or input (flag, config, event, file); 3 router
+stop grace ran out after SIGTERM; 4 Kafka I/O failed (broker down or unreachable,
+a write not acknowledged): retrying later may help.  docs/errors.md has the tree.
 """
 
 
@@ -95,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from streams.core.errors import TrajectoryError
+    from streams.errors import TrajectoryError, exit_code
 
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -113,7 +121,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args._run(args) or 0)
     except TrajectoryError as exc:
         print(f"trajectory {args.command}: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:

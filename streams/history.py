@@ -31,7 +31,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
-from streams.core.errors import ConfigError, InvalidEventError
+from streams.errors import ConfigError, InvalidEventError
 from streams.settings import Settings, check_session_id
 
 HistoryKind = Literal["pattern", "assessment"]

@@ -52,14 +52,10 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from streams.core.errors import ConfigError, TrajectoryError
+from streams.errors import BrokerError, ConfigError, SecurityError, kafka_error_of
 
 PROTOCOLS = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 MECHANISMS = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
-
-
-class SecurityError(TrajectoryError):
-    """Kafka refused the credentials, the certificate or the operation (an ACL)."""
 
 
 @dataclass(frozen=True)
@@ -483,7 +479,8 @@ def raise_if_security_error(err: Any, security: SecurityConfig | None = None) ->
     """
     message = explain_kafka_error(err, security)
     if message is not None:
-        raise SecurityError(message)
+        kerr = kafka_error_of(err)
+        raise SecurityError(message, code=kerr.name() if kerr is not None else None)
 
 
 def verify_connection(
@@ -498,12 +495,13 @@ def verify_connection(
     from confluent_kafka.admin import AdminClient
 
     sec = security if security is not None else current()
-    seen: list[str] = []
+    seen: list[SecurityError] = []
 
     def on_error(err: Any) -> None:
         message = explain_kafka_error(err, sec)
         if message is not None:
-            seen.append(message)
+            kerr = kafka_error_of(err)
+            seen.append(SecurityError(message, code=kerr.name() if kerr is not None else None))
 
     conf: dict[str, Any] = {"bootstrap.servers": bootstrap, "error_cb": on_error, "log_level": 0}
     conf.update(sec.confluent_config())
@@ -522,13 +520,16 @@ def verify_connection(
             last = None
         admin.poll(0)
         if seen:
-            raise SecurityError(seen[0])
+            raise seen[0]
         if last is None:
             return
         if time.monotonic() >= deadline:
-            raise SecurityError(
+            # not a refusal (that came through error_cb above): no answer at all
+            raise BrokerError.from_kafka(
                 f"cannot reach Kafka at {bootstrap} with {sec.protocol} within {timeout_s:.0f}s "
-                f"({last}): check --bootstrap / KAFKA_BOOTSTRAP and {setting_name('protocol')}"
+                f"({last}): check --bootstrap / KAFKA_BOOTSTRAP and {setting_name('protocol')}",
+                last,
+                retriable=True,
             )
 
 

@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from streams.core.errors import ConfigError, InvalidEventError
+from streams.errors import ConfigError, InvalidEventError
 from streams.security import SecurityConfig, current
 
 SESSION_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,200}$")

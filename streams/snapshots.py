@@ -42,7 +42,7 @@ republish it (``<prefix>.assessments`` is "the latest"), otherwise readers keep
 seeing the abandoned branch's assessment until the next one is made.
 
 **Restore of an unknown id** (never taken, or evicted by ``max_snapshots``): the
-engine raises :class:`~streams.core.errors.InvalidEventError` on
+engine raises :class:`~streams.errors.InvalidEventError` on
 ``metadata.snapshot_id`` and changes nothing; the worker dead-letters the event
 with that message as the reason.  The snapshots topic is the durable, queryable
 copy (``trajectory snapshot list|show``); the engine's own store is what
@@ -68,8 +68,8 @@ from typing import Any, Final
 
 from streams.core.codec import decode_state, encode_state
 from streams.core.engine import SessionState
-from streams.core.errors import ConfigError, DeliveryError, InvalidEventError
 from streams.core.events import META_SNAPSHOT_ID, TraceEvent
+from streams.errors import ConfigError, DeliveryError, InvalidEventError
 from streams.security import client_config
 from streams.settings import Settings, check_session_id
 

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Literal
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 
 Role = Literal["agent", "service", "analyst"]
 ROLES: tuple[Role, ...] = ("agent", "service", "analyst")

@@ -39,8 +39,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from streams.core.errors import BrokerError, ConfigError, DeliveryError
 from streams.core.events import TraceEvent
+from streams.errors import BrokerError, ConfigError, DeliveryError
 from streams.security import client_config
 from streams.settings import Settings
 

@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 
 KAFKA_VERSION = "3.9.1"
 SCALA_VERSION = "2.13"

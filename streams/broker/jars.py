@@ -35,7 +35,7 @@ from streams.broker.config import (
     SCALA_VERSION,
     SLF4J_BACKEND,
 )
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 
 MARKER = ".complete"
 MVN_TIMEOUT_S = 900.0

@@ -57,7 +57,7 @@ from streams.broker.state import (
     remove_state,
     write_state,
 )
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 
 Condition = Literal["running", "unresponsive", "stopped", "stale", "foreign"]
 

@@ -16,7 +16,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 
 _API_METADATA = 3
 _CLIENT_ID = b"trajectory-probe"

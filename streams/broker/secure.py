@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 
 ADMIN_USER = "admin"
 SCRAM_MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")

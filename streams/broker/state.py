@@ -14,7 +14,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 
 STATE_VERSION = 1
 

@@ -30,7 +30,7 @@ import secrets
 import sys
 from typing import Any
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.security import SecurityError, client_config, explain_kafka_error
 from streams.tenancy import ROLES, Grant, bindings
 

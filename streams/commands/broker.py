@@ -182,7 +182,7 @@ def run(args: argparse.Namespace) -> int:
 
 def _certs(args: argparse.Namespace) -> int:
     from streams.broker.container import ContainerBroker, write_container_material
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
 
     if args.out is None:
         raise ConfigError("--out", "certs writes into a directory: give --out DIR")

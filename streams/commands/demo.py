@@ -86,7 +86,7 @@ def _get_text(url: str, timeout: float = 2.0) -> str | None:
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
-    from streams.core.errors import TrajectoryError
+    from streams.errors import TrajectoryError
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from streams.broker import LocalBroker, free_port, kafka_ready
-    from streams.core.errors import TrajectoryError
+    from streams.errors import TrajectoryError
     from streams.sdk import Publisher
     from streams.settings import Settings
     from streams.sim.driver import DriveReport, drive

@@ -46,8 +46,8 @@ def load_eval_config(path: str | Path) -> Any:
     """The evaluator config file parsed (YAML is a superset of JSON) and validated."""
     import yaml
 
-    from streams.core.errors import ConfigError
     from streams.core.tool_trajectory import parse_config
+    from streams.errors import ConfigError
 
     p = Path(path)
     try:

@@ -64,7 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _token(args: argparse.Namespace) -> str | None:
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
 
     if args.token_file:
         try:
@@ -120,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from streams.core.errors import TrajectoryError
+    from streams.errors import TrajectoryError, exit_code
 
     parser = argparse.ArgumentParser(prog="trajectory otlp", description=__doc__)
     add_arguments(parser)
@@ -128,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         return run(parser.parse_args(argv))
     except TrajectoryError as exc:
         print(f"trajectory otlp: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

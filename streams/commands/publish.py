@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from streams.core.errors import InvalidEventError
+from streams.errors import InvalidEventError
 
 if TYPE_CHECKING:
     from streams.core.events import TraceEvent

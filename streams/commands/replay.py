@@ -101,7 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from streams.core.config import EngineConfig, load_config
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
     from streams.replay.cli_args import (
         counted,
         progress_bar,
@@ -279,7 +279,7 @@ def _terminal(result: Any, out_path: str | None) -> None:
 
 
 def _republish(args: argparse.Namespace) -> int:
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
     from streams.replay.cli_args import (
         counted,
         progress_bar,

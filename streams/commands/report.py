@@ -43,7 +43,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _events(args: argparse.Namespace) -> tuple[list[Any], Any]:
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
 
     from_kafka = args.session is not None or args.sessions is not None
     if from_kafka == bool(args.paths):

@@ -41,8 +41,9 @@ SIGTERM or Ctrl-C commits the open transaction (at-least-once: flushes and
 commits the offsets) and exits 0.  Each instance is a static group member named
 by its transactional id (in both modes): a restart with the same id resumes at
 once; a stopped instance's partitions move to the others after the 10 s session
-timeout.  A fatal error (e.g. fenced by another instance with the same id, or an
-undeliverable event) stops the router with exit code 2 and the reason.
+timeout.  A fatal error stops the router with the reason and exit code 4 when Kafka
+failed (e.g. fenced by another instance with the same id, an undeliverable event), 2
+for bad usage (a flag or setting); 3 when the stop grace ran out after SIGTERM.
 """
 
 from __future__ import annotations
@@ -268,7 +269,7 @@ def run(args: argparse.Namespace) -> int:
 #: (it sees the stop within ``CALL_TIMEOUT_S`` even when the broker is down);
 #: then the process exits anyway, loudly, with :data:`EXIT_STOP_TIMEOUT`.
 STOP_GRACE_S = 15.0
-EXIT_STOP_TIMEOUT = 3
+EXIT_STOP_TIMEOUT = 3  # streams.errors.EXIT_STOP_TIMEOUT
 
 
 def _run_in_thread(router: Any, stop_requested: list[float], log: Any) -> Any:
@@ -322,13 +323,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
-    from streams.core.errors import TrajectoryError
+    from streams.errors import TrajectoryError, exit_code
 
     try:
         return run(args)
     except TrajectoryError as exc:  # same contract as the `trajectory` front
         print(f"trajectory router: error: {exc}", file=sys.stderr)
-        return 2
+        return exit_code(exc)
 
 
 if __name__ == "__main__":

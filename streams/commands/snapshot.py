@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _need(args: argparse.Namespace, name: str, flag: str) -> str:
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
 
     value = getattr(args, name)
     if not value:

@@ -67,7 +67,7 @@ def _iso(ms: int | None) -> str:
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
     from streams.settings import Settings
     from streams.topics import gc, list_session_topics, parse_duration, report_json
 

@@ -235,7 +235,7 @@ def _render(state: WatchState, args: argparse.Namespace, sub: Any, topics: str) 
 
 
 def run(args: argparse.Namespace) -> int:
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
     from streams.sdk.subscriber import AssessmentSubscriber
     from streams.settings import Settings
 

@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from streams.core.errors import ImportFormatError, InvalidEventError
 from streams.core.events import AGENTV_EVENT_TYPES, EVENT_TYPES, TraceEvent
 from streams.core.jsonl import event_from_json, read_jsonl
+from streams.errors import ImportFormatError, InvalidEventError
 from streams.importers import atif, mini_swe_agent, openai_chat, openhands, otlp, swe_agent
 from streams.importers._common import file_stem, read_text, sanitize_session_id
 

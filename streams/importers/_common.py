@@ -19,8 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from streams.core.errors import ImportFormatError
 from streams.core.events import Budget, EventType, JsonValue, TraceEvent
+from streams.errors import ImportFormatError
 
 #: gzip files start with these two bytes whatever their name says.
 GZIP_MAGIC = b"\x1f\x8b"

@@ -38,9 +38,9 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from streams.core.errors import ImportFormatError
 from streams.core.events import META_TASK, TraceEvent
 from streams.core.jsonl import iso_to_ms, ms_to_iso
+from streams.errors import ImportFormatError
 from streams.importers._common import (
     SYNTHETIC_BASE_MS,
     SYNTHETIC_STEP_MS,

@@ -29,9 +29,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from streams.core.errors import ImportFormatError, InvalidEventError
 from streams.core.events import META_TASK, Budget, TraceEvent
 from streams.core.jsonl import iso_to_ms
+from streams.errors import ImportFormatError, InvalidEventError
 from streams.importers._common import (
     SessionWriter,
     as_int,

@@ -65,8 +65,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
-from streams.core.errors import ImportFormatError
 from streams.core.events import EventType, JsonValue, TraceEvent
+from streams.errors import ImportFormatError, MappingError
 from streams.importers._common import SessionWriter, as_int, json_value, meta, summarize
 
 FORMAT = "otlp"
@@ -113,18 +113,6 @@ _OUT_TOKEN_KEYS = (
     "llm.usage.completion_tokens",
 )
 _MODEL_KEYS = ("gen_ai.request.model", "gen_ai.response.model", "llm.model_name")
-
-
-class MappingError(ValueError):
-    """One span or log record that should be a trajectory step but cannot be mapped.
-
-    ``where`` names the attribute (``attributes.gen_ai.tool.name``); ``str()`` is the
-    full reason, fit for a ``partial_success.error_message``.
-    """
-
-    def __init__(self, where: str, message: str) -> None:
-        self.where = where
-        super().__init__(f"{where}: {message}")
 
 
 # -- normalized input -----------------------------------------------------------

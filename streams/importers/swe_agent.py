@@ -33,8 +33,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from streams.core.errors import ImportFormatError
 from streams.core.events import META_TASK, Budget, TraceEvent
+from streams.errors import ImportFormatError
 from streams.importers._common import (
     SYNTHETIC_BASE_MS,
     SYNTHETIC_STEP_MS,

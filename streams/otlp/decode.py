@@ -24,20 +24,13 @@ from collections.abc import Mapping
 from typing import Any
 
 from streams.core.events import JsonValue
-from streams.importers.otlp import LogRecord, MappingError, Span, logs_from_json, spans_from_json
+from streams.errors import BadRequest, BodyTooLarge, MappingError, UnsupportedMediaType
+from streams.importers.otlp import LogRecord, Span, logs_from_json, spans_from_json
 
 PROTOBUF = "application/x-protobuf"
 JSON = "application/json"
 
 Item = tuple[str, Any]
-
-
-class BadRequest(ValueError):
-    """The body cannot be decoded (answered with 400: do not retry)."""
-
-
-class UnsupportedMediaType(BadRequest):
-    """Neither protobuf nor JSON (answered with 415)."""
 
 
 def media_type(content_type: str | None) -> str:
@@ -69,10 +62,6 @@ def decompress(body: bytes, content_encoding: str | None, limit: int) -> bytes:
     if not d.eof:
         raise BadRequest(f"truncated {enc} body")
     return out
-
-
-class BodyTooLarge(BadRequest):
-    """The (decompressed) body is over the size limit (answered with 413)."""
 
 
 def _json_doc(body: bytes) -> Mapping[str, Any]:

@@ -35,8 +35,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from streams.core.errors import DeliveryError, TrajectoryError
 from streams.core.events import TraceEvent
+from streams.errors import DeliveryError, TrajectoryError
 from streams.importers._common import sanitize_session_id
 from streams.importers.otlp import (
     FORMAT,

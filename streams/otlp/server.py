@@ -44,7 +44,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 
-from streams.core.errors import ConfigError, DeliveryError
+from streams.errors import ConfigError, DeliveryError
 from streams.otlp.decode import (
     JSON,
     PROTOBUF,

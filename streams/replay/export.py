@@ -18,8 +18,8 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, cast
 
-from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
+from streams.errors import ConfigError
 
 EXPORT_FORMATS: Final[tuple[str, ...]] = ("avro", "jsonl", "parquet")
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.errors import TrajectoryError
+from streams.errors import TrajectoryError
 from streams.replay.reader import DecodeFailure, PartitionRange, ReadStats
 from streams.replay.replay import ReplayResult, SessionReplay
 from streams.security import SecurityConfig, current

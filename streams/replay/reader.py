@@ -36,9 +36,15 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Literal, TypeVar, cast
 
-from streams.core.errors import ConfigError, SerdeError, TrajectoryError
 from streams.core.events import TraceEvent
 from streams.core.jsonl import iso_to_ms
+from streams.errors import (
+    ConfigError,
+    ReplayReadError,
+    SerdeError,
+    TrajectoryError,
+    UndecodableRecordError,
+)
 from streams.security import SecurityConfig, client_config
 
 T = TypeVar("T")
@@ -56,10 +62,6 @@ FAST_READ_CONFIG: dict[str, Any] = {
     "queued.max.messages.kbytes": 512 * 1024,
     "auto.offset.reset": "earliest",
 }
-
-
-class ReplayReadError(TrajectoryError):
-    """A record could not be read or decoded and ``--strict`` was asked for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,9 +393,13 @@ class TopicReader(Generic[T]):
                 if not batch:
                     if time.monotonic() - idle_since > self.timeout_s:
                         left = ", ".join(f"{t}[{p}]" for t, p in sorted(pending))
+                        first_topic, first_partition = min(pending)
                         raise ReplayReadError(
                             f"no data for {self.timeout_s:.0f} s while reading {left} on "
-                            f"{self.bootstrap}; is the broker up? (raise --timeout if it is slow)"
+                            f"{self.bootstrap}; is the broker up? (raise --timeout if it is slow)",
+                            topic=first_topic,
+                            partition=first_partition,
+                            retriable=True,
                         )
                     continue
                 idle_since = time.monotonic()
@@ -406,8 +412,11 @@ class TopicReader(Generic[T]):
                         if err.code() == KafkaError._PARTITION_EOF:
                             pending.discard(tkey)
                             continue
-                        raise ReplayReadError(
-                            f"reading {topic}[{partition}] on {self.bootstrap}: {err}"
+                        raise ReplayReadError.from_kafka(
+                            f"reading {topic}[{partition}] on {self.bootstrap}: {err}",
+                            err,
+                            topic=topic,
+                            partition=partition,
                         )
                     if tkey not in pending:
                         continue  # past its stop offset (batch overshoot), or done
@@ -460,7 +469,12 @@ class TopicReader(Generic[T]):
     ) -> None:
         failure = DecodeFailure(topic, partition, offset, reason)
         if self.strict:
-            raise ReplayReadError(f"undecodable record {failure.describe()} (--strict)") from exc
+            raise UndecodableRecordError(
+                f"undecodable record {failure.describe()} (--strict)",
+                topic=topic,
+                partition=partition,
+                offset=offset,
+            ) from exc
         self.stats.failures.append(failure)
 
 

@@ -26,8 +26,8 @@ from typing import IO, Any, TypeVar
 
 from streams.core.config import EngineConfig
 from streams.core.engine import EngineOutput
-from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
+from streams.errors import InvalidEventError
 from streams.importers.offline import OfflineAnalyzer
 from streams.router.validate import event_error
 from streams.security import SecurityConfig, client_config

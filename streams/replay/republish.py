@@ -19,8 +19,8 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
+from streams.errors import ConfigError
 from streams.security import SecurityConfig
 
 

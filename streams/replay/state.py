@@ -43,8 +43,8 @@ from typing import Any, Final
 
 from streams.core.codec import decode_state, encode_state, to_canonical
 from streams.core.config import EngineConfig
-from streams.core.errors import InvalidEventError, StateDecodeError
 from streams.core.events import TraceEvent
+from streams.errors import InvalidEventError, StateDecodeError
 from streams.worker.processor import EventProcessor, TableName
 from streams.worker.state import BudgetState, MinuteCounts, SessionCounters
 

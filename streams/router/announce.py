@@ -7,7 +7,7 @@ it (the regex subscription still picks the topic up), only latency.
 
 Accepted value forms (the SDK's, plus tolerant variants): the topic name as UTF-8
 text, a JSON object with a ``"topic"`` string, or an empty value with the session
-id as key.  Anything else is an :class:`~streams.core.errors.InvalidEventError`
+id as key.  Anything else is an :class:`~streams.errors.InvalidEventError`
 naming the field; the router dead-letters it.
 
 :class:`PendingTopics` remembers announced topics that are not yet assigned, so the
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from streams.core.errors import InvalidEventError, MalformedMessageError
+from streams.errors import InvalidEventError, MalformedMessageError
 from streams.router.validate import session_id_of_topic, session_prefix
 from streams.serde.jsontext import loads_json
 

@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 
 Guarantee = Literal["exactly-once", "at-least-once"]
 Validation = Literal["framing", "full"]

@@ -19,7 +19,7 @@ KIP-98/KIP-447):
 * on an abortable error the transaction is aborted and the consumer rewound to the
   committed offsets, so the batch is simply processed again;
 * on a fatal error (e.g. fenced by a newer instance with the same transactional id)
-  the router raises :class:`~streams.core.errors.DeliveryError` and stops.
+  the router raises :class:`~streams.errors.DeliveryError` and stops.
 
 New session topics: the regex refresh alone finds them within
 ``metadata_refresh_ms`` (+ a rebalance); an announcement on ``<prefix>.control``
@@ -81,7 +81,7 @@ from confluent_kafka import (
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from streams.admin import TopicSpec, create_topics
-from streams.core.errors import DeliveryError, InvalidEventError
+from streams.errors import DeliveryError, InvalidEventError
 from streams.router.announce import PendingTopics, parse_announcement
 from streams.router.config import RouterConfig
 from streams.router.metrics import RouterMetrics

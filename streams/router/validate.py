@@ -22,13 +22,13 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Protocol
 
-from streams.core.errors import (
+from streams.core.events import EVENT_TYPES, TraceEvent
+from streams.errors import (
     InvalidEventError,
     MalformedMessageError,
     OversizedMessageError,
     SerdeError,
 )
-from streams.core.events import EVENT_TYPES, TraceEvent
 
 #: Header names the router puts on every dead-lettered message.
 DLQ_REASON = "dlq.reason"

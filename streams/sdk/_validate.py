@@ -17,7 +17,7 @@ is replaced by a *valid JSON summary*::
 and ``metadata["input_truncated"]`` / ``metadata["output_truncated"]`` is set to
 ``"true"``.  The summary itself always fits the cap (the preview is shortened to
 make room).  ``on_oversize="raise"`` raises
-:class:`~streams.core.errors.OversizedMessageError` naming the field instead.
+:class:`~streams.errors.OversizedMessageError` naming the field instead.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import json
 from collections.abc import Mapping
 from typing import Any, Final, Literal
 
-from streams.core.errors import InvalidEventError, OversizedMessageError
 from streams.core.events import JsonValue
+from streams.errors import InvalidEventError, OversizedMessageError
 from streams.serde.jsontext import check_json, dumps_json
 
 OnOversize = Literal["truncate", "raise"]
@@ -73,7 +73,7 @@ def summarize_params(value: JsonValue, root: str = "input") -> str | None:
     runs before the payload checks of ``Session._emit``, and ``json.dumps`` would
     raise ``ValueError`` for a cycle and ``RecursionError`` for deep nesting, or
     quietly ``str()`` a set.  So a bad value raises
-    :class:`~streams.core.errors.UnserializableError` naming its path, as the
+    :class:`~streams.errors.UnserializableError` naming its path, as the
     publisher promises, whatever the privacy mode.
     """
     if value is None:
@@ -109,7 +109,7 @@ def cap_payload(
     """Validate ``value`` as JSON and apply the size cap.
 
     Returns ``(value_to_send, truncated)``.  Raises
-    :class:`~streams.core.errors.UnserializableError` (with the path) for a value
+    :class:`~streams.errors.UnserializableError` (with the path) for a value
     that is not plain JSON, :class:`OversizedMessageError` when it is too big and
     ``on_oversize == "raise"``.
     """

@@ -40,7 +40,7 @@ from typing import Any, Final
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from streams.core.errors import BrokerError, ConfigError
+from streams.errors import BrokerError, ConfigError
 from streams.security import SecurityError, client_config, explain_kafka_error
 from streams.serde.codec import AssessmentSerde, AssessmentWire
 from streams.settings import Settings, check_session_id
@@ -114,7 +114,7 @@ def latest_assessment(
 
     None also when the latest record is a tombstone (session deleted) or the
     topic does not exist yet.  A malformed latest record raises
-    :class:`~streams.core.errors.MalformedMessageError`.
+    :class:`~streams.errors.MalformedMessageError`.
     """
     check_session_id(session_id)
     topic = settings.assessments_topic
@@ -284,7 +284,7 @@ def context_from_view(
     (``TRAJECTORY_VIEW_TOKEN``) or ``token_file`` (``TRAJECTORY_VIEW_TOKEN_FILE``),
     ``ca_file``: the CA of the view's certificate when it serves HTTPS with a
     private CA.  A refused token raises :class:`~streams.security.SecurityError`; an
-    unreachable view raises :class:`~streams.core.errors.BrokerError`.
+    unreachable view raises :class:`~streams.errors.BrokerError`.
     """
     import json
     import os

@@ -23,12 +23,12 @@ What it guarantees:
   the router subscribes at once instead of waiting for a regex metadata refresh.
 * **Nothing is dropped silently.**  Values are validated and encoded *before*
   sending: a function, a set, bytes, NaN, a non-``str`` key or a cycle raises
-  :class:`~streams.core.errors.UnserializableError` naming the path
+  :class:`~streams.errors.UnserializableError` naming the path
   (``input.args[2]``) and the ``seq`` is not consumed.  Oversized input/output is
   truncated to a valid JSON summary flagged in metadata (or raises with
   ``on_oversize="raise"``; see :mod:`streams.sdk._validate`).  Broker-side
   failures come back through the delivery callback and are raised as
-  :class:`~streams.core.errors.DeliveryError` on the next SDK call, on
+  :class:`~streams.errors.DeliveryError` on the next SDK call, on
   :meth:`Publisher.flush` or on :meth:`Publisher.close`; ``close()`` also raises
   if anything is still undelivered after its timeout.
 * **Privacy.**  With ``settings.privacy == "summary"`` only the abbreviated
@@ -62,7 +62,6 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
 from streams.admin import TopicSpec, create_topics
-from streams.core.errors import DeliveryError, InvalidEventError
 from streams.core.events import (
     META_INPUT_TRUNCATED,
     META_OBSERVER_PROFILE,
@@ -74,6 +73,7 @@ from streams.core.events import (
     JsonValue,
     TraceEvent,
 )
+from streams.errors import DeliveryError, InvalidEventError
 from streams.sdk._validate import (
     OnOversize,
     as_str_metadata,

@@ -91,7 +91,7 @@ from typing import Any, Final, Literal, TypeAlias
 from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.core.assessment import SEVERITIES, severity_rank
-from streams.core.errors import BrokerError, ConfigError, MalformedMessageError, SerdeError
+from streams.errors import BrokerError, ConfigError, MalformedMessageError, SerdeError
 from streams.security import client_config
 from streams.serde.codec import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 from streams.settings import Settings

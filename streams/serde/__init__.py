@@ -5,7 +5,7 @@ See :mod:`streams.serde.codec` for the framing and error contract and
 fastavro and (only for Confluent framing) ``confluent_kafka.schema_registry``.
 """
 
-from streams.core.errors import (
+from streams.errors import (
     MalformedMessageError,
     OversizedMessageError,
     SerdeError,

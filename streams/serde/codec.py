@@ -41,7 +41,8 @@ from typing import Any, ClassVar, Final, Generic, Literal, TypeVar
 
 import fastavro
 
-from streams.core.errors import (
+from streams.core.events import EVENT_TYPES, Budget, EventType, JsonValue, TraceEvent
+from streams.errors import (
     InvalidEventError,
     MalformedMessageError,
     OversizedMessageError,
@@ -49,7 +50,6 @@ from streams.core.errors import (
     UnknownSchemaError,
     UnserializableError,
 )
-from streams.core.events import EVENT_TYPES, Budget, EventType, JsonValue, TraceEvent
 from streams.serde.jsontext import dumps_json, loads_json
 from streams.serde.schemas import (
     canonical_form,

@@ -10,7 +10,7 @@ Rules (the same ones the core's :class:`~streams.core.events.JsonValue` states):
 ``dict`` with ``str`` keys, nested at most :data:`MAX_JSON_DEPTH` containers
 deep.  Everything else -- sets, bytes, functions, NaN and infinities, non-``str``
 keys, cycles, deeper nesting -- is rejected with
-:class:`~streams.core.errors.UnserializableError` naming the path.  Nothing is
+:class:`~streams.errors.UnserializableError` naming the path.  Nothing is
 coerced silently (a tuple is accepted as a JSON array because that is lossless
 for JSON readers).
 
@@ -18,7 +18,7 @@ Decoding (:func:`loads_json`) applies the same rules to a JSON *text* read off
 the wire, and is total: every way the text can be wrong (invalid JSON, NaN or
 Infinity, a number that overflows to infinity, a lone surrogate escape, nesting
 deeper than :data:`MAX_JSON_DEPTH`) is a
-:class:`~streams.core.errors.MalformedMessageError` naming the field, never a
+:class:`~streams.errors.MalformedMessageError` naming the field, never a
 ``RecursionError`` or a value the worker's state codec cannot encode later.
 What the SDK accepts (:func:`check_json`) the decoder accepts, and what the
 decoder accepts the worker can encode: one rule, one depth limit.
@@ -32,7 +32,7 @@ import re
 from itertools import accumulate
 from typing import Any, Final
 
-from streams.core.errors import MalformedMessageError, UnserializableError
+from streams.errors import MalformedMessageError, UnserializableError
 
 #: Deepest nesting of JSON containers (arrays/objects) accepted anywhere: by the
 #: SDK when it encodes, by the serde when it decodes (router and worker).  ``[]``

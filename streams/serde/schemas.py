@@ -30,7 +30,7 @@ from typing import Any, Final
 import fastavro
 import fastavro.schema
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 
 #: Short name -> file name.  Full names (``io.trajectory.v1.TraceEvent``) and
 #: record names (``TraceEvent``) are accepted by :func:`load_schema` too.

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.sim.fleet import FleetConfig, FleetStep, fleet_steps
 from streams.sim.scenarios import SimAction
 

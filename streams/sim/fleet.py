@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.settings import check_session_id
 from streams.sim.scenarios import (
     PATHOLOGICAL_KINDS,

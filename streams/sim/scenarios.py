@@ -28,8 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
-from streams.core.errors import ConfigError
 from streams.core.events import JsonValue
+from streams.errors import ConfigError
 
 SessionKind: TypeAlias = Literal["healthy", "looping", "stalled", "budget_burner"]
 PATHOLOGICAL_KINDS: Final[tuple[SessionKind, ...]] = ("looping", "stalled", "budget_burner")

@@ -25,7 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.tenancy import check_tenant, tenant_of
 
 ALL_TENANTS = "*"

@@ -39,8 +39,13 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
-from streams.core.errors import InvalidEventError, MalformedMessageError, SerdeError
 from streams.core.events import TraceEvent
+from streams.errors import (
+    InvalidEventError,
+    MalformedMessageError,
+    OutputError,
+    SerdeError,
+)
 from streams.router.validate import event_error
 
 if TYPE_CHECKING:
@@ -73,14 +78,6 @@ class RecordLike(Protocol):
 
     @property
     def value(self) -> bytes | None: ...
-
-
-class OutputError(Exception):
-    """An applied event whose pattern/assessment/snapshot records cannot be encoded."""
-
-    def __init__(self, cause: BaseException) -> None:
-        self.cause = cause
-        super().__init__(f"applied, but its outputs cannot be encoded: {cause}")
 
 
 def source_of(record: RecordLike) -> tuple[bytes, bytes, bytes, bytes | None]:

@@ -39,8 +39,8 @@ from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
 
 from streams.core.config import EngineConfig
-from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
+from streams.errors import ConfigError, FlushError
 from streams.settings import Settings
 from streams.worker.auth import ViewAuth
 from streams.worker.batch import EventBatchHandler
@@ -341,27 +341,6 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
 class _ReadCommittedTransport(_aiokafka_driver.Transport):
     Consumer = _ReadCommittedConsumer
-
-
-class FlushError(RuntimeError):
-    """Values that could not be encoded at a flush (every other value was written).
-
-    Input that cannot be encoded is dead-lettered when it is applied
-    (``EventProcessor.apply``), so this is a bug, not bad input: the worker stops
-    without committing the offsets, and the values stay dirty in memory.
-    """
-
-    def __init__(self, failed: list[tuple[PendingWrite, Exception]]) -> None:
-        self.failed = failed
-        named = "; ".join(
-            f"{p.table}[{p.key.decode('utf-8', 'replace')!r}]: {type(e).__name__}: {e}"
-            for p, e in failed[:5]
-        )
-        more = f" (+{len(failed) - 5} more)" if len(failed) > 5 else ""
-        super().__init__(
-            f"state flush: {len(failed)} value(s) cannot be encoded, offsets not committed: "
-            f"{named}{more}"
-        )
 
 
 class StateFlusher:

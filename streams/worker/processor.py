@@ -49,9 +49,9 @@ from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
 from streams.core.codec import decode_state, encode_state
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
-from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
 from streams.core.jsonl import event_to_json
+from streams.errors import InvalidEventError
 from streams.worker.state import (
     BudgetState,
     MinuteCounts,
@@ -146,7 +146,7 @@ class EventProcessor:
 
     With an ``engines`` table the core :class:`~streams.core.engine.SessionEngine`
     runs first: it validates the event and raises
-    :class:`~streams.core.errors.InvalidEventError` *before any value changed*, so
+    :class:`~streams.errors.InvalidEventError` *before any value changed*, so
     the caller can dead-letter the event and carry on.
     """
 
@@ -339,7 +339,7 @@ class EventProcessor:
     def apply(self, event: TraceEvent, partition: int | None = None) -> ApplyResult:
         """Apply ``event`` (from ``partition`` of the source topic) in memory.
 
-        Raises :class:`~streams.core.errors.InvalidEventError` before any value
+        Raises :class:`~streams.errors.InvalidEventError` before any value
         changed if the event is invalid, including one whose content cannot be
         stored (see :func:`check_storable`): the caller dead-letters it.
         """

@@ -28,9 +28,9 @@ import json
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
-from streams.core.errors import StateDecodeError
 from streams.core.events import TraceEvent
 from streams.core.jsonl import event_to_json
+from streams.errors import StateDecodeError
 
 STATE_VERSION: Final = 1
 #: How many recent events a session value keeps (bounded: table values stay small).

@@ -17,7 +17,7 @@ from __future__ import annotations
 import time
 
 from streams.admin import TopicSpec, create_topics
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 from streams.security import client_config
 from streams.settings import Settings
 

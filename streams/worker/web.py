@@ -58,6 +58,7 @@ from yarl import URL
 from streams.core.assessment import SEVERITIES, CurrentAssessment, severity_rank
 from streams.core.codec import decode_state
 from streams.core.engine import SessionState
+from streams.errors import BadRequest
 from streams.settings import SESSION_ID_RE
 from streams.worker.auth import ALL_TENANTS, Caller, ViewAuth
 from streams.worker.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
@@ -71,14 +72,6 @@ MARKDOWN_TYPE: Final = "text/markdown; charset=utf-8"
 MAX_GLOB_CHARS: Final = 200
 #: A forwarded request fails (502) after this long: the owner is down or stuck.
 FORWARD_TIMEOUT_S: Final = 10.0
-
-
-class BadRequest(ValueError):
-    """A query parameter the view cannot use (answered 400 with this message)."""
-
-    def __init__(self, parameter: str, message: str) -> None:
-        self.parameter = parameter
-        super().__init__(f"{parameter}: {message}")
 
 
 # -- pure helpers (unit-tested) ---------------------------------------------
@@ -124,7 +117,10 @@ def parse_min_severity(value: str | None) -> str | None:
         return None
     v = value.strip().lower()
     if v not in SEVERITIES:
-        raise BadRequest("min_severity", f"{value[:50]!r} is not one of {', '.join(SEVERITIES)}")
+        raise BadRequest(
+            parameter="min_severity",
+            message=f"{value[:50]!r} is not one of {', '.join(SEVERITIES)}",
+        )
     return v
 
 
@@ -133,7 +129,7 @@ def parse_glob(value: str | None) -> str | None:
     if value is None or value == "":
         return None
     if len(value) > MAX_GLOB_CHARS:
-        raise BadRequest("glob", f"longer than {MAX_GLOB_CHARS} characters")
+        raise BadRequest(parameter="glob", message=f"longer than {MAX_GLOB_CHARS} characters")
     return value
 
 
@@ -147,7 +143,9 @@ def wants_json(accept: str | None, format_param: str | None = None) -> bool:
     if format_param:
         f = format_param.strip().lower()
         if f not in ("json", "markdown", "md"):
-            raise BadRequest("format", f"{format_param[:50]!r}: use json or markdown")
+            raise BadRequest(
+                parameter="format", message=f"{format_param[:50]!r}: use json or markdown"
+            )
         return f == "json"
     if not accept:
         return False

@@ -265,7 +265,7 @@ class LeadingFieldsDecoder:
         self._symbols = fields[0]["type"]["symbols"]
 
     def decode(self, data: bytes) -> TraceEvent:
-        from streams.core.errors import MalformedMessageError
+        from streams.errors import MalformedMessageError
 
         if data[:10] != self._header:
             raise MalformedMessageError("not a single-object TraceEvent")

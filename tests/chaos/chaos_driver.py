@@ -397,7 +397,7 @@ class Injector(threading.Thread):
             self.done.set()
 
     def _run(self) -> None:
-        from streams.core.errors import DeliveryError
+        from streams.errors import DeliveryError
         from streams.serde import EventSerde
 
         serde = EventSerde()

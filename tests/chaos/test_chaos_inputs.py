@@ -16,7 +16,7 @@ from chaos_inputs import (
     generate,
 )
 
-from streams.core.errors import SerdeError
+from streams.errors import SerdeError
 from streams.router.validate import Accepted, Rejected, check_message
 from streams.serde import EventSerde
 

@@ -39,7 +39,7 @@ from filelock import FileLock
 from procs import Pipeline, RouterProc, WorkerProc, reap_processes
 
 from streams.broker import LocalBroker, ensure_jars, free_ports, kafka_ready, parse_bootstrap
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 from streams.settings import Settings
 
 DOCKER_BOOTSTRAP = "127.0.0.1:9092"

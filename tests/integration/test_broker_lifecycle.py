@@ -24,14 +24,14 @@ from streams.broker import (
     read_state,
 )
 from streams.broker.state import pid_alive
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 
 pytestmark = pytest.mark.timeout(300)
 
 CLI = (
     "import argparse, sys\n"
     "from streams.commands import broker\n"
-    "from streams.core.errors import TrajectoryError\n"
+    "from streams.errors import TrajectoryError\n"
     "p = argparse.ArgumentParser(); broker.add_arguments(p)\n"
     "try:\n"
     "    sys.exit(broker.run(p.parse_args(sys.argv[1:])))\n"

@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streams.cli import main
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.history import SKEW_MS, query, read_items
 from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 from streams.settings import Settings

@@ -21,8 +21,8 @@ import pytest
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from streams.core.errors import DeliveryError
 from streams.core.events import TraceEvent
+from streams.errors import DeliveryError
 from streams.router import Router, RouterConfig
 from streams.serde import EventSerde
 from streams.settings import Settings

@@ -12,13 +12,13 @@ from confluent_kafka import Message
 from confluent_kafka.admin import ConfigResource
 from kafka_io import consume
 
-from streams.core.errors import (
+from streams.core.events import TraceEvent
+from streams.errors import (
     DeliveryError,
     InvalidEventError,
     OversizedMessageError,
     UnserializableError,
 )
-from streams.core.events import TraceEvent
 from streams.sdk import Publisher
 from streams.sdk.publisher import SESSION_SEGMENT_INDEX_BYTES
 from streams.serde import EventSerde

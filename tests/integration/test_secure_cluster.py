@@ -222,7 +222,7 @@ def test_every_component_over_sasl_ssl_with_tenants(
 def test_an_agent_cannot_touch_another_tenants_sessions(
     secure_kafka: SecureKafka, tenants: dict[str, Settings]
 ) -> None:
-    from streams.core.errors import DeliveryError
+    from streams.errors import DeliveryError
     from streams.sdk import Publisher
     from streams.sdk.context import latest_assessment
     from streams.security import SecurityError

@@ -7,7 +7,7 @@ import struct
 import pytest
 from kafka_io import consume
 
-from streams.core.errors import UnknownSchemaError
+from streams.errors import UnknownSchemaError
 from streams.sdk import Publisher
 from streams.serde import EventSerde
 from streams.settings import Settings

@@ -15,8 +15,8 @@ from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 from streams.cli import main
 from streams.core.codec import decode_state, encode_state
 from streams.core.engine import SessionEngine
-from streams.core.errors import ConfigError, InvalidEventError
 from streams.core.events import Budget, TraceEvent
+from streams.errors import ConfigError, InvalidEventError
 from streams.sdk import Publisher
 from streams.serde import EventSerde
 from streams.settings import Settings

@@ -20,7 +20,7 @@ import pytest
 from confluent_kafka import Producer
 
 from streams.core.assessment import Assessment, CurrentAssessment, Observation, build_context
-from streams.core.errors import MalformedMessageError
+from streams.errors import MalformedMessageError
 from streams.sdk.context import (
     SMALL_PARTITION,
     PromptContext,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from streams.cli import main
-from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
+from streams.errors import ConfigError
 from streams.sdk import Publisher
 from streams.settings import Settings
 from streams.topics import gc, list_session_topics, read_archive

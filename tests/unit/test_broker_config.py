@@ -26,7 +26,7 @@ from streams.broker.probe import (
     parse_metadata_v0_brokers,
     port_in_use,
 )
-from streams.core.errors import BrokerError, ConfigError
+from streams.errors import BrokerError, ConfigError
 
 
 def test_server_properties_single_node_kraft(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ from streams.broker.state import (
     remove_state,
     write_state,
 )
-from streams.core.errors import BrokerError
+from streams.errors import BrokerError
 
 
 def _state(tmp_path: Path, pid: int) -> BrokerState:

@@ -51,7 +51,7 @@ def test_create_app_creates_a_new_data_dir_under_the_worker_id(tmp_path: Path) -
 
 
 def test_create_app_names_a_session_timeout_out_of_range(tmp_path: Path) -> None:
-    from streams.core.errors import ConfigError
+    from streams.errors import ConfigError
     from streams.settings import Settings
     from streams.worker.faust_app import create_app
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.history import HistoryItem, descendants, query, select
 from streams.settings import Settings
 

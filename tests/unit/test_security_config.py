@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.security import (
     SETTINGS,
     SecurityConfig,

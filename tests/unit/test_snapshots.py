@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 
 from streams.core.codec import decode_state, encode_state
 from streams.core.engine import EngineOutput, SessionEngine
-from streams.core.errors import InvalidEventError
 from streams.core.events import Budget, TraceEvent
+from streams.errors import InvalidEventError
 from streams.snapshots import (
     check_snapshot_id,
     decode_snapshot,

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.core.errors import ConfigError
 from streams.core.events import Budget, TraceEvent
+from streams.errors import ConfigError
 from streams.settings import Settings
 from streams.topics import (
     SessionTopic,

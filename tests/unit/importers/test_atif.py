@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from importer_invariants import check_invariants
 
-from streams.core.errors import ImportFormatError
+from streams.errors import ImportFormatError
 from streams.importers import detect_format, read_events
 from streams.importers.atif import to_atif
 

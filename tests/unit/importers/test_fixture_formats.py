@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from importer_invariants import SID, check_invariants
 
-from streams.core.errors import ImportFormatError
 from streams.core.events import TraceEvent
+from streams.errors import ImportFormatError
 from streams.importers import FORMATS, detect_format, read_events
 from streams.importers._common import SYNTHETIC_BASE_MS, sanitize_session_id
 from streams.importers.swe_agent import observation_error

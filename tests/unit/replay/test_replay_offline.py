@@ -10,8 +10,8 @@ import fastavro
 import pytest
 from replay_sessions import T0, failing_session
 
-from streams.core.errors import ConfigError
 from streams.core.events import TraceEvent
+from streams.errors import ConfigError
 from streams.importers.offline import analyze_events
 from streams.replay.export import export_events, read_avro_events
 from streams.replay.reader import Bound, parse_bound, session_key_filter

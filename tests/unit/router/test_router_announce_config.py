@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from streams.core.errors import ConfigError, InvalidEventError
+from streams.errors import ConfigError, InvalidEventError
 from streams.router.announce import PendingTopics, parse_announcement
 from streams.router.config import RouterConfig
 from streams.router.stats import RouterStats, format_status

@@ -14,7 +14,7 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
-from streams.core.errors import DeliveryError
+from streams.errors import DeliveryError
 from streams.router import router as router_mod
 from streams.router.router import Router, _Abandoned, _Wedged
 from streams.settings import Settings

@@ -17,8 +17,8 @@ from prom_samples import samples
 
 import streams.router.router as router_mod
 from streams.commands import router as cmd
-from streams.core.errors import ConfigError, DeliveryError
 from streams.core.events import TraceEvent
+from streams.errors import ConfigError, DeliveryError
 from streams.router import RouterConfig, RouterStats, format_status
 from streams.router.config import GUARANTEES
 from streams.router.metrics import RouterMetrics

@@ -6,8 +6,8 @@ import struct
 
 import pytest
 
-from streams.core.errors import MalformedMessageError
 from streams.core.events import TraceEvent
+from streams.errors import MalformedMessageError
 from streams.router.validate import (
     DLQ_ERROR_CLASS,
     DLQ_ORIGINAL_SIZE,

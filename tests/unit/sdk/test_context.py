@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from streams.core.assessment import Assessment, CurrentAssessment, Observation, build_context
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.sdk.context import murmur2, partition_for_key, render_if_fresh
 from streams.serde.codec import AssessmentWire
 

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from streams.commands.publish import load_runs, schedule
-from streams.core.errors import InvalidEventError
 from streams.core.events import TraceEvent
 from streams.core.jsonl import dumps_event
+from streams.errors import InvalidEventError
 
 
 def _file(path: Path, sid: str, stamps: list[int]) -> Path:

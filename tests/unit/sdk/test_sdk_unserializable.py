@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from streams.core.errors import UnserializableError
 from streams.core.events import TraceEvent
+from streams.errors import UnserializableError
 from streams.sdk import summarize_params
 from streams.sdk._validate import cap_payload
 from streams.sdk.publisher import Session

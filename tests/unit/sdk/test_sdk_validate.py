@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.errors import InvalidEventError, OversizedMessageError, UnserializableError
+from streams.errors import InvalidEventError, OversizedMessageError, UnserializableError
 from streams.sdk._validate import (
     SUMMARY_MAX_CHARS,
     as_str_metadata,

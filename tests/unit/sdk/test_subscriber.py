@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.sdk.subscriber import (
     MAX_TREE_DEPTH,
     DeliveredKeys,

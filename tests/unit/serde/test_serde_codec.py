@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.errors import (
+from streams.core.events import EVENT_TYPES, Budget, TraceEvent
+from streams.errors import (
     InvalidEventError,
     MalformedMessageError,
     OversizedMessageError,
     UnknownSchemaError,
     UnserializableError,
 )
-from streams.core.events import EVENT_TYPES, Budget, TraceEvent
 from streams.serde import (
     AssessmentSerde,
     AssessmentWire,

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from streams.core.codec import decode_state, encode_state, from_canonical, to_canonical
 from streams.core.engine import SessionEngine
-from streams.core.errors import MalformedMessageError, UnserializableError
 from streams.core.events import TraceEvent
+from streams.errors import MalformedMessageError, UnserializableError
 from streams.serde import AssessmentSerde, EventSerde, PatternSerde, fingerprint
 from streams.serde.jsontext import (
     MAX_JSON_DEPTH,

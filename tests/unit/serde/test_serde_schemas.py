@@ -13,8 +13,8 @@ import fastavro
 import fastavro.schema
 import pytest
 
-from streams.core.errors import ConfigError
 from streams.core.events import EVENT_TYPES, Budget, TraceEvent
+from streams.errors import ConfigError
 from streams.serde import EventSerde, crc64_avro, fingerprint, load_schema
 from streams.serde.schemas import SCHEMA_FILES, canonical_form, schema_dir
 

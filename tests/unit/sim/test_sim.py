@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.sim import FleetConfig, fleet_kinds, fleet_steps, session_script
 from streams.sim.driver import drive
 from streams.sim.scenarios import SimAction

@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.errors import InvalidEventError, StateDecodeError
 from streams.core.events import Budget, TraceEvent
+from streams.errors import InvalidEventError, StateDecodeError
 from streams.worker.processor import EventProcessor
 from streams.worker.state import (
     RECENT_LIMIT,

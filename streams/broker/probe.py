@@ -16,7 +16,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-from streams.errors import BrokerError
+from streams.errors import BrokerError, ConfigError
 
 _API_METADATA = 3
 _CLIENT_ID = b"trajectory-probe"
@@ -120,13 +120,13 @@ def free_ports(count: int, host: str = "127.0.0.1") -> tuple[int, ...]:
 
 
 def parse_bootstrap(bootstrap: str) -> tuple[str, int]:
-    """First ``host:port`` of a bootstrap list."""
+    """First ``host:port`` of a bootstrap list (:class:`ConfigError` if it is not one)."""
     first = bootstrap.split(",")[0].strip()
     if "://" in first:
         first = first.split("://", 1)[1]
     host, sep, port = first.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise BrokerError(f"bootstrap {bootstrap!r}: expected host:port, e.g. 127.0.0.1:9092")
+        raise ConfigError("bootstrap", f"{bootstrap!r}: expected host:port, e.g. 127.0.0.1:9092")
     return host, int(port)
 
 

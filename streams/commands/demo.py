@@ -86,18 +86,18 @@ def _get_text(url: str, timeout: float = 2.0) -> str | None:
 
 
 def _wait_http(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float) -> None:
-    from streams.errors import TrajectoryError
+    from streams.errors import InternalError
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise TrajectoryError(f"worker exited with {proc.returncode}; see {log}")
+            raise InternalError(f"worker exited with {proc.returncode}; see {log}")
         with contextlib.suppress(OSError):
             status, _ = _get_json(url, timeout=1.0)
             if status == 200:
                 return
         time.sleep(0.5)
-    raise TrajectoryError(f"worker did not answer on {url} within {timeout_s:.0f}s; see {log}")
+    raise InternalError(f"worker did not answer on {url} within {timeout_s:.0f}s; see {log}")
 
 
 def _spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
@@ -222,7 +222,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.live import Live
 
     from streams.broker import LocalBroker, free_port, kafka_ready
-    from streams.errors import TrajectoryError
+    from streams.errors import InternalError
     from streams.sdk import Publisher
     from streams.settings import Settings
     from streams.sim.driver import DriveReport, drive
@@ -293,7 +293,7 @@ def run(args: argparse.Namespace) -> int:
         def poll() -> None:
             status, body = _get_json(f"{base}/sessions")
             if status != 200 or not body:
-                raise TrajectoryError(f"GET {base}/sessions answered {status}: {body}")
+                raise InternalError(f"GET {base}/sessions answered {status}: {body}")
             for row in body["sessions"]:
                 sid = row["session_id"]
                 rows[sid] = row

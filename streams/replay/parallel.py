@@ -26,7 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from streams.errors import TrajectoryError
+from streams.errors import (
+    InternalError,
+    KafkaIOError,
+    ReplayReadError,
+    UsageError,
+)
 from streams.replay.reader import DecodeFailure, PartitionRange, ReadStats
 from streams.replay.replay import ReplayResult, SessionReplay
 from streams.security import SecurityConfig, current
@@ -96,7 +101,16 @@ def _work(job: _Job, counter: Any, results: Any) -> None:
             counter.value += n % _TICK
         results.put(("ok", (result.sessions, result.rejected), reader.stats))
     except BaseException as exc:  # reported to the parent, which re-raises
-        results.put(("error", f"{type(exc).__name__}: {exc}", None))
+        # the branch of the tree travels too, so the parent raises the same kind
+        # (the CLI's exit code depends on it): exceptions are not sent pickled
+        kind = (
+            "usage"
+            if isinstance(exc, UsageError)
+            else "io"
+            if isinstance(exc, KafkaIOError)
+            else ""
+        )
+        results.put(("error", (kind, f"{type(exc).__name__}: {exc}"), None))
 
 
 def replay_parallel(
@@ -142,7 +156,7 @@ def replay_parallel(
         procs.append(p)
     merged = ReplayResult(None)
     stats = ReadStats()
-    errors: list[str] = []
+    errors: list[tuple[str, str]] = []
     pending = len(procs)
     try:
         while pending:
@@ -153,19 +167,19 @@ def replay_parallel(
                     on_progress(int(counter.value))
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead and results.empty():
-                    raise TrajectoryError(
+                    raise InternalError(
                         f"replay worker exited with code {dead[0].exitcode} before reporting"
                     ) from None
                 continue
             pending -= 1
             if status != "ok":
-                errors.append(str(payload))
+                errors.append(payload)
                 continue
             sessions: dict[str, SessionReplay] = payload[0]
             merged.rejected.extend(payload[1])
             for sid, sr in sessions.items():
                 if sid in merged.sessions:
-                    raise TrajectoryError(
+                    raise UsageError(
                         f"session {sid!r} was read by two replay workers (is it keyed by "
                         "another id on the events topic?)"
                     )
@@ -180,7 +194,13 @@ def replay_parallel(
             if p.is_alive():
                 p.terminate()
     if errors:
-        raise TrajectoryError("parallel replay failed: " + "; ".join(errors))
+        message = "parallel replay failed: " + "; ".join(text for _, text in errors)
+        kinds = {kind for kind, _ in errors}
+        if "io" in kinds:  # Kafka failed in some job: retrying may help
+            raise ReplayReadError(message, retriable=True)
+        if kinds == {"usage"}:
+            raise UsageError(message)
+        raise InternalError(message)
     stats.failures.sort(key=lambda f: (f.topic, f.partition, f.offset))
     merged.rejected.sort()
     stats.elapsed_s = time.monotonic() - began

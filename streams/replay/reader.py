@@ -149,6 +149,7 @@ def session_topics(
     an exact ``session`` must exist.  Raises :class:`ConfigError` naming the flag
     when nothing matches, since an empty replay is almost always a typo.
     """
+    from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient
 
     from streams.settings import check_session_id
@@ -161,8 +162,14 @@ def session_topics(
     admin = AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
     try:
         topics = admin.list_topics(timeout=timeout_s).topics
-    except Exception as exc:
-        raise ConfigError("bootstrap", f"cannot list topics on {bootstrap}: {exc}") from exc
+    except KafkaException as exc:
+        # an unreachable or refusing broker is I/O, not a wrong flag (CLI exit 4, not 2)
+        raise ReplayReadError.from_kafka(
+            f"cannot list topics on {bootstrap} (--bootstrap / KAFKA_BOOTSTRAP; is the "
+            f"broker up?): {exc}",
+            exc,
+            retriable=True,
+        ) from exc
     if session is not None:
         name = base + check_session_id(session)
         if name not in topics:

@@ -389,10 +389,11 @@ class Router:
                 self._note_abandoned(exc)  # stopped before anything was consumed
                 return
             except KafkaException as exc:
-                raise DeliveryError(
+                raise DeliveryError.from_kafka(
                     f"init_transactions for transactional.id {instance_id!r} failed: "
                     f"{exc.args[0]}; the broker must support transactions "
-                    "(transaction.state.log.* settings)"
+                    "(transaction.state.log.* settings)",
+                    exc,
                 ) from exc
         else:
             self._abort_leftover_transaction(instance_id)
@@ -663,10 +664,11 @@ class Router:
                     raise _Abandoned(f"{what}: {kerr}") from exc
                 if now - started >= BROKER_WAIT_S:
                     self._failed = True
-                    raise DeliveryError(
+                    raise DeliveryError.from_kafka(
                         f"{what} kept failing for {now - started:.0f} s (last: {kerr}); is the "
                         f"broker at {self.settings.bootstrap} up?  Stopping without committing: "
-                        "a restart resumes from the last committed offsets"
+                        "a restart resumes from the last committed offsets",
+                        exc,
                     ) from exc
                 if now - warned >= 10.0:
                     warned = now
@@ -762,9 +764,10 @@ class Router:
         except (KafkaException, _Wedged) as exc:
             self._failed = True
             self._producer_dead = True
-            raise DeliveryError(
+            raise DeliveryError.from_kafka(
                 f"could not replace the wedged transactional producer: {exc}; stopping "
-                "without committing (a restart resumes from the last committed offsets)"
+                "without committing (a restart resumes from the last committed offsets)",
+                exc,
             ) from exc
         self._in_txn = False
         self._aborts += 1
@@ -1008,10 +1011,12 @@ class Router:
             else " Nothing was committed past it: a restart re-reads from the last "
             "committed offsets"
         )
-        return DeliveryError(
+        return DeliveryError.from_kafka(
             f"{what} failed fatally: {exc.args[0]}; underlying: "
             f"{self._fatal_cause or 'not reported'}; delivery errors: "
-            f"{self._txn_errors or 'none reported'}.{hint}"
+            f"{self._txn_errors or 'none reported'}.{hint}",
+            exc,
+            retriable=False,
         )
 
     def _on_producer_error(self, err: KafkaError) -> None:
@@ -1074,7 +1079,9 @@ class Router:
                 kerr = exc.args[0]
                 if kerr.fatal():
                     self._failed = True
-                    raise DeliveryError(f"offset commit failed fatally: {kerr}") from exc
+                    raise DeliveryError.from_kafka(
+                        f"offset commit failed fatally: {kerr}", kerr, retriable=False
+                    ) from exc
                 refused = str(kerr)
         done = time.monotonic()
         self._commit_s += done - t_flushed
@@ -1202,8 +1209,8 @@ class Router:
             self._broker_call("committed offsets", look_up, txn=False)
         except (KafkaException, _Wedged) as exc:
             self._failed = True
-            raise DeliveryError(
-                f"could not read the committed offsets to rewind to: {exc.args[0]}"
+            raise DeliveryError.from_kafka(
+                f"could not read the committed offsets to rewind to: {exc.args[0]}", exc
             ) from exc
         for tp in committed:
             offset = rewind_offset(tp.offset, self._own_committed.get((tp.topic, tp.partition)))

@@ -136,9 +136,11 @@ def latest_assessment(
         try:
             md = consumer.list_topics(topic, timeout=timeout_s)
         except KafkaException as exc:
-            raise BrokerError(
+            raise BrokerError.from_kafka(
                 f"cannot read metadata of {topic} from Kafka at {settings.bootstrap}: {exc} "
-                "(is the broker running? `trajectory broker start`)"
+                "(is the broker running? `trajectory broker start`)",
+                exc,
+                topic=topic,
             ) from exc
         tm = md.topics.get(topic)
         if tm is None or tm.error is not None or not tm.partitions:
@@ -153,8 +155,10 @@ def latest_assessment(
             ):
                 refused = explain_kafka_error(tm.error, settings.security)  # a missing ACL
                 if refused is not None:
-                    raise SecurityError(f"reading {topic}: {refused}")
-                raise BrokerError(f"metadata of {topic}: {tm.error.str()}")
+                    raise SecurityError(f"reading {topic}: {refused}", code=tm.error.name())
+                raise BrokerError.from_kafka(
+                    f"metadata of {topic}: {tm.error.str()}", tm.error, topic=topic
+                )
             return None
         partition = partition_for_key(key, len(tm.partitions))
         tp = TopicPartition(topic, partition)
@@ -193,7 +197,10 @@ def _scan(
             if time.monotonic() > deadline:
                 raise BrokerError(
                     f"reading {tp.topic} partition {tp.partition} offsets {start}..{end} "
-                    "timed out (raise timeout_s, or check the broker)"
+                    "timed out (raise timeout_s, or check the broker)",
+                    topic=tp.topic,
+                    partition=tp.partition,
+                    retriable=True,
                 )
             first = consumer.poll(0.5)  # returns at the first message, unlike consume
             batch = [] if first is None else [first, *consumer.consume(_BATCH, 0)]
@@ -203,7 +210,12 @@ def _scan(
                     if err.code() == KafkaError._PARTITION_EOF:
                         return last
                     if err.fatal() or err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                        raise BrokerError(f"reading {tp.topic}: {err.str()}")
+                        raise BrokerError.from_kafka(
+                            f"reading {tp.topic}: {err.str()}",
+                            err,
+                            topic=tp.topic,
+                            partition=tp.partition,
+                        )
                     continue  # transient: librdkafka retries until the deadline
                 offset = msg.offset()
                 if offset is None or offset >= end:

@@ -200,8 +200,8 @@ class Publisher:
         self._admin = AdminClient({"bootstrap.servers": s.bootstrap, **client_config(s.security)})
         self._admin_timeout_s = admin_timeout_s
         self._lock = threading.Lock()
-        self._failures: list[str] = []
-        self._fatal: str | None = None
+        self._failures: list[DeliveryError] = []
+        self._fatal: DeliveryError | None = None
         self._topics: set[str] = set()
         self._closed = False
 
@@ -306,9 +306,17 @@ class Publisher:
         if self._closed:
             raise DeliveryError(f"cannot send {what}: the publisher is closed")
 
-        def on_delivery(err: KafkaError | None, _msg: Any) -> None:
+        def on_delivery(err: KafkaError | None, msg: Any) -> None:
             if err is not None:
-                self._record_failure(delivery_failure(what, topic, err, self.settings))
+                partition = msg.partition() if msg is not None else None
+                self._record_failure(
+                    DeliveryError.from_kafka(
+                        delivery_failure(what, topic, err, self.settings),
+                        err,
+                        topic=topic,
+                        partition=partition if partition is not None and partition >= 0 else None,
+                    )
+                )
 
         deadline = time.monotonic() + 30.0
         while True:
@@ -320,16 +328,20 @@ class Publisher:
                 if time.monotonic() > deadline:
                     raise DeliveryError(
                         f"cannot send {what}: the producer queue stayed full for 30 s "
-                        "(is the broker reachable?)"
+                        "(is the broker reachable?)",
+                        topic=topic,
+                        retriable=True,
                     ) from None
                 self._producer.poll(0.1)
             except KafkaException as exc:
-                raise DeliveryError(f"cannot send {what}: {exc}") from exc
+                raise DeliveryError.from_kafka(
+                    f"cannot send {what}: {exc}", exc, topic=topic
+                ) from exc
         self._producer.poll(0)
 
-    def _record_failure(self, text: str) -> None:
+    def _record_failure(self, failure: DeliveryError) -> None:
         with self._lock:
-            self._failures.append(text)
+            self._failures.append(failure)
 
     def _on_error(self, err: KafkaError) -> None:
         # Global client errors: only fatal ones (e.g. an idempotence violation) end
@@ -338,21 +350,38 @@ class Publisher:
         raise_if_security_error(err, self.settings.security)  # wrong password/CA: fail fast
         if err.fatal():
             with self._lock:
-                self._fatal = f"{err.str()} ({err.name()})"
+                self._fatal = DeliveryError.from_kafka(
+                    f"the producer hit a fatal error: {err.str()} ({err.name()}); "
+                    "create a new Publisher",
+                    err,
+                    retriable=False,
+                )
 
     def check(self) -> None:
-        """Raise :class:`DeliveryError` for failures reported since the last check."""
+        """Raise :class:`DeliveryError` for failures reported since the last check.
+
+        Its ``topic``/``partition``/``code`` are those of the first failure; it is
+        ``retriable`` only when every failure was.
+        """
         self._producer.poll(0)
         with self._lock:
             failures, self._failures = self._failures, []
             fatal = self._fatal
         if fatal is not None:
-            raise DeliveryError(f"the producer hit a fatal error: {fatal}; create a new Publisher")
+            raise fatal
         if failures:
-            shown = "; ".join(failures[:_SHOWN_FAILURES])
+            shown = "; ".join(str(f) for f in failures[:_SHOWN_FAILURES])
             more = len(failures) - _SHOWN_FAILURES
             tail = f"; and {more} more" if more > 0 else ""
-            raise DeliveryError(f"{len(failures)} message(s) were not delivered: {shown}{tail}")
+            first = failures[0]
+            raise DeliveryError(
+                f"{len(failures)} message(s) were not delivered: {shown}{tail}",
+                topic=first.topic,
+                partition=first.partition,
+                code=first.code,
+                code_number=first.code_number,
+                retriable=all(f.retriable for f in failures),
+            )
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait for every outstanding message; raise if any failed or is still pending."""
@@ -361,7 +390,8 @@ class Publisher:
         if remaining:
             raise DeliveryError(
                 f"{remaining} message(s) still undelivered after {timeout_s} s "
-                f"(broker {self.settings.bootstrap} unreachable or slow?)"
+                f"(broker {self.settings.bootstrap} unreachable or slow?)",
+                retriable=True,
             )
 
     def close(self, timeout_s: float = 30.0) -> None:

@@ -586,9 +586,10 @@ class AssessmentSubscriber:
         try:
             md = self._consumer.list_topics(timeout=10)
         except KafkaException as exc:
-            raise BrokerError(
+            raise BrokerError.from_kafka(
                 f"cannot read topic metadata from Kafka at {self.settings.bootstrap}: {exc} "
-                "(is the broker running? `trajectory broker start`)"
+                "(is the broker running? `trajectory broker start`)",
+                exc,
             ) from exc
         return {
             name: sorted(tm.partitions)
@@ -745,7 +746,12 @@ class AssessmentSubscriber:
             self._partitions[(msg.topic(), msg.partition())] = True
             return
         if err.fatal() or err.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-            raise BrokerError(f"consuming {msg.topic() or ', '.join(self.topics)}: {err.str()}")
+            raise BrokerError.from_kafka(
+                f"consuming {msg.topic() or ', '.join(self.topics)}: {err.str()}",
+                err,
+                topic=msg.topic() or None,
+                partition=msg.partition() if msg.partition() is not None else None,
+            )
         # transient (broker down, transport): librdkafka retries; counted, exposed
         self.filter.counts["consumer_errors"] += 1
         self._last_error = err

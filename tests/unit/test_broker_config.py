@@ -242,7 +242,7 @@ def test_parse_bootstrap(text: str, expected: tuple[str, int]) -> None:
 
 @pytest.mark.parametrize("text", ["", "nohost", "h:", ":9092", "h:port"])
 def test_parse_bootstrap_rejects(text: str) -> None:
-    with pytest.raises(BrokerError, match="host:port"):
+    with pytest.raises(ConfigError, match=r"bootstrap: .*expected host:port"):
         parse_bootstrap(text)
 
 

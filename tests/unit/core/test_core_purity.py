@@ -60,3 +60,34 @@ def test_purity_check_can_fail() -> None:
     )
     assert proc.returncode == 0, proc.stderr
     assert "fastavro" in json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def test_the_core_defines_no_io_error() -> None:
+    """The core raises only usage errors: Kafka/I/O classes live in ``streams.errors``."""
+    script = (
+        "import inspect, json, sys\n"
+        "import streams.core.errors as core\n"
+        "classes = [n for n, c in vars(core).items()\n"
+        "           if inspect.isclass(c) and issubclass(c, BaseException)\n"
+        "           and c.__module__ == core.__name__]\n"
+        "loaded = 'streams.errors' in sys.modules\n"
+        "print(json.dumps([sorted(classes), loaded]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    classes, loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert "TrajectoryError" in classes and "UsageError" in classes
+    io_names = ("IOError", "BrokerError", "DeliveryError", "ReadError")
+    io = [c for c in classes if c.endswith(io_names)]
+    assert io == [], f"I/O error classes defined in streams.core.errors: {io}"
+    assert not loaded, "streams.core.errors imported streams.errors (the core must not)"
+
+    import streams.core.errors as core
+    from streams.errors import KafkaIOError, UsageError
+
+    for name in classes:
+        cls = getattr(core, name)
+        assert not issubclass(cls, KafkaIOError), name
+        assert cls is core.TrajectoryError or issubclass(cls, UsageError), name

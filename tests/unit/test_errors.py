@@ -170,7 +170,7 @@ def trajectory(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[s
 
 def test_cli_exits_with_the_io_code_when_kafka_is_unreachable() -> None:
     run = trajectory("replay", "--sessions", "s-*", "--bootstrap", DEAD, "--timeout", "2")
-    assert run.returncode == EXIT_IO == 4, run.stderr
+    assert run.returncode == EXIT_IO == 4, run.stderr[-2000:]
     assert "cannot list topics on 127.0.0.1:1" in run.stderr
     assert "Traceback" not in run.stderr
 

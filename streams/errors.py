@@ -47,7 +47,7 @@ CLI's exit code.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, Final, Protocol, Self
+from typing import Any, Final, Protocol, Self, cast
 
 from streams.core.errors import (
     ConfigError,
@@ -282,9 +282,10 @@ def _describe(p: _PendingWriteLike) -> str:
 # -- helpers ------------------------------------------------------------------------
 def kafka_error_of(err: object) -> _KafkaErrorLike | None:
     """The ``KafkaError`` in ``err`` (itself, or a ``KafkaException``'s first arg)."""
-    for candidate in (err, *(getattr(err, "args", None) or ())[:1]):
+    candidates: tuple[object, ...] = (err, *(getattr(err, "args", None) or ())[:1])
+    for candidate in candidates:
         if all(callable(getattr(candidate, m, None)) for m in ("name", "code", "retriable")):
-            return candidate  # type: ignore[return-value]
+            return cast(_KafkaErrorLike, candidate)
     return None
 
 

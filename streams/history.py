@@ -121,7 +121,7 @@ def _start_offsets(settings: Settings, topic: str, since_ms: int) -> dict[int, i
     (the high watermark where there is none)."""
     from confluent_kafka import TopicPartition
 
-    from streams.topics import admin_client, reader, topic_partitions
+    from streams.lifecycle import admin_client, reader, topic_partitions
 
     parts = topic_partitions(admin_client(settings), topic, settings=settings)
     consumer = reader(settings)
@@ -157,7 +157,7 @@ def _serde(settings: Settings, kind: str) -> Any:
 
 def read_items(settings: Settings, kind: str, *, since: int | None = None) -> list[HistoryItem]:
     """Every record of one history topic from near ``since`` to the high watermark."""
-    from streams.topics import scan_topic
+    from streams.lifecycle import scan_topic
 
     topic = settings.patterns_topic if kind == "pattern" else settings.assessment_history_topic
     start = _start_offsets(settings, topic, since - SKEW_MS) if since is not None else None
@@ -192,7 +192,7 @@ def read_items(settings: Settings, kind: str, *, since: int | None = None) -> li
 def announced_parents(settings: Settings) -> dict[str, str | None]:
     """session -> parent from the SDK's announcements on ``<prefix>.control``
     (empty when that topic does not exist)."""
-    from streams.topics import admin_client, scan_topic
+    from streams.lifecycle import admin_client, scan_topic
 
     topic = settings.control_topic
     md = admin_client(settings).list_topics(timeout=15.0)  # no topic=: that may auto-create it

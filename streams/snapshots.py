@@ -66,9 +66,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Final
 
-from streams.core.codec import decode_state, encode_state
 from streams.core.engine import SessionState
 from streams.core.events import META_SNAPSHOT_ID, TraceEvent
+from streams.core.statecodec import decode_state, encode_state
 from streams.errors import ConfigError, DeliveryError, InvalidEventError
 from streams.security import client_config
 from streams.settings import Settings, check_session_id
@@ -181,8 +181,8 @@ def ensure_snapshots_topic(
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
-    from streams.admin import TopicSpec, create_topics
     from streams.sdk.publisher import RECORD_OVERHEAD
+    from streams.topics import TopicSpec, create_topics
 
     topic = settings.snapshots_topic
     spec = TopicSpec(
@@ -237,7 +237,7 @@ class SnapshotInfo:
 
 def _read_snapshots(settings: Settings) -> dict[tuple[str, str], tuple[SnapshotInfo, bytes]]:
     """Latest value per key up to the high watermark; tombstones delete."""
-    from streams.topics import scan_topic
+    from streams.lifecycle import scan_topic
 
     latest: dict[tuple[str, str], tuple[SnapshotInfo, bytes]] = {}
     for rec in scan_topic(settings, settings.snapshots_topic):
@@ -303,8 +303,8 @@ def _last_event(settings: Settings, session_id: str) -> TraceEvent | None:
     """The newest event of a session topic (None if it never had one)."""
     from confluent_kafka import TopicPartition
 
+    from streams.lifecycle import admin_client, reader
     from streams.serde import EventSerde
-    from streams.topics import admin_client, reader
 
     topic = settings.session_topic(session_id)
     md = admin_client(settings).list_topics(timeout=15.0)  # no topic=: that may auto-create it

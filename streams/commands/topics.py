@@ -68,8 +68,8 @@ def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from streams.errors import ConfigError
+    from streams.lifecycle import gc, list_session_topics, parse_duration, report_json
     from streams.settings import Settings
-    from streams.topics import gc, list_session_topics, parse_duration, report_json
 
     settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
     out = sys.stdout

@@ -135,7 +135,7 @@ class WatchState:
 
     def apply(self, record: Any) -> SessionRow:
         from streams.core.assessment import SEVERITIES, severity_trend
-        from streams.serde.codec import AssessmentWire
+        from streams.serde.avro import AssessmentWire
 
         self.counter += 1
         row = self.rows.get(record.session_id)
@@ -169,7 +169,7 @@ class WatchState:
 
 def plain_line(record: Any, row: SessionRow | None = None) -> str:
     """One line per record (stable, grep-able key=value form)."""
-    from streams.serde.codec import AssessmentWire
+    from streams.serde.avro import AssessmentWire
 
     def opt(v: object) -> str:
         return "-" if v is None or v == "" else str(v)

@@ -20,7 +20,6 @@ from streams.core.assessment import (
     Observation,
     build_context,
 )
-from streams.core.codec import decode_state, encode_state, to_canonical
 from streams.core.config import EngineConfig, ObserverSpec, load_config
 from streams.core.detectors import (
     DEFAULT_DETECTORS,
@@ -67,6 +66,7 @@ from streams.core.patterns import (
 )
 from streams.core.resource import ResourceObserver
 from streams.core.similarity import normalize_error, sequence_similarity
+from streams.core.statecodec import decode_state, encode_state, to_canonical
 from streams.core.summary import TraceSummary, summarize_events
 from streams.core.tool_trajectory import evaluate_session, parse_config
 

@@ -61,7 +61,6 @@ from importlib import metadata
 from itertools import islice
 from typing import Any, Final
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.events import META_TASK, JsonValue, TraceEvent
 from streams.core.patterns import (
@@ -72,6 +71,7 @@ from streams.core.patterns import (
     TrajectoryPattern,
 )
 from streams.core.similarity import abbreviate, describe_action, error_signature, summarize_params
+from streams.core.statecodec import state_type
 
 #: Entry-point group custom detectors register under.
 DETECTOR_ENTRY_POINT_GROUP: Final = "trajectory_streams.detectors"

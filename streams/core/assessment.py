@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
-from streams.core.codec import state_type
+from streams.core.statecodec import state_type
 
 Severity: TypeAlias = Literal["info", "caution", "warning"]
 Trend: TypeAlias = Literal["escalating", "steady", "de-escalating"]

@@ -51,7 +51,6 @@ from streams.core.assessment import (
     severity_rank,
     severity_trend,
 )
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError, InvalidEventError
 from streams.core.events import META_OBSERVER_PROFILE, META_SNAPSHOT_ID, Budget, TraceEvent
 from streams.core.observers import (
@@ -64,6 +63,7 @@ from streams.core.observers import (
     time_trigger_due,
 )
 from streams.core.patterns import TrajectoryPattern
+from streams.core.statecodec import state_type
 
 if TYPE_CHECKING:
     from streams.core.config import EngineConfig

@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from streams.core.assessment import Assessment, AssessmentHistory
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.events import Budget
+from streams.core.statecodec import state_type
 
 
 class ToolCallView(Protocol):

@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
-from streams.core.codec import state_type
 from streams.core.events import JsonValue
 from streams.core.similarity import ActionKind
+from streams.core.statecodec import state_type
 
 
 @state_type("tool_call_record/1")

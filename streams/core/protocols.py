@@ -14,7 +14,7 @@ These are static types only (not ``runtime_checkable``): the builder's runtime
 checks stay :class:`~streams.core.patterns.DetectorFactory` and
 :class:`~streams.core.patterns.PatternDetector`, which plugins already meet.
 A snapshot type must be a registered state type (``@state_type`` in
-:mod:`streams.core.codec`) so the worker can store it.
+:mod:`streams.core.statecodec`) so the worker can store it.
 """
 
 from __future__ import annotations

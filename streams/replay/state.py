@@ -21,8 +21,8 @@ resumes from, so they must equal what the same events give when replayed.
   54, replay 503``).
 
 Engine state is compared on its canonical, *uncompressed* encoding
-(:func:`~streams.core.codec.encode_state`; live values are deflated, and
-:func:`~streams.core.codec.decode_state` reads both forms), field by field when
+(:func:`~streams.core.statecodec.encode_state`; live values are deflated, and
+:func:`~streams.core.statecodec.decode_state` reads both forms), field by field when
 the bytes differ.  A timer-made assessment (deadline, every_n_seconds) changes
 the engine's ``current``, ``history``, ``observer_states``,
 ``deadline_reported_ms``, its restore points and the builder's tool
@@ -41,9 +41,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Final
 
-from streams.core.codec import decode_state, encode_state, to_canonical
 from streams.core.config import EngineConfig
 from streams.core.events import TraceEvent
+from streams.core.statecodec import decode_state, encode_state, to_canonical
 from streams.errors import InvalidEventError, StateDecodeError
 from streams.worker.processor import EventProcessor, TableName
 from streams.worker.state import BudgetState, MinuteCounts, SessionCounters

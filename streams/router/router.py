@@ -80,7 +80,6 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
-from streams.admin import TopicSpec, create_topics
 from streams.errors import DeliveryError, InvalidEventError
 from streams.router.announce import PendingTopics, parse_announcement
 from streams.router.config import RouterConfig
@@ -102,6 +101,7 @@ from streams.router.validate import (
 )
 from streams.security import client_config, raise_if_security_error
 from streams.settings import Settings
+from streams.topics import TopicSpec, create_topics
 
 log = logging.getLogger("streams.router")
 

@@ -42,7 +42,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
 from streams.errors import BrokerError, ConfigError
 from streams.security import SecurityError, client_config, explain_kafka_error
-from streams.serde.codec import AssessmentSerde, AssessmentWire
+from streams.serde.avro import AssessmentSerde, AssessmentWire
 from streams.settings import Settings, check_session_id
 
 #: Partitions with at most this many offsets are read whole, front to back.

@@ -61,7 +61,6 @@ from typing import Any, Final
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
 
-from streams.admin import TopicSpec, create_topics
 from streams.core.events import (
     META_INPUT_TRUNCATED,
     META_OBSERVER_PROFILE,
@@ -90,6 +89,7 @@ from streams.security import (
 from streams.serde import EventSerde
 from streams.settings import Settings, check_session_id
 from streams.tenancy import tenant_of
+from streams.topics import TopicSpec, create_topics
 
 #: Bytes of Kafka record overhead allowed on top of ``max_message_bytes``.
 RECORD_OVERHEAD: Final = 1024

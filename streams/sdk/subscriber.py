@@ -12,8 +12,8 @@
             ...
 
 What a subscriber reads: ``<prefix>.assessments`` (compacted, key = session id,
-value :class:`~streams.serde.codec.AssessmentWire`) and, with ``patterns=True``,
-``<prefix>.patterns`` (:class:`~streams.serde.codec.PatternRecord`), with
+value :class:`~streams.serde.avro.AssessmentWire`) and, with ``patterns=True``,
+``<prefix>.patterns`` (:class:`~streams.serde.avro.PatternRecord`), with
 ``isolation.level=read_committed`` so an aborted worker transaction is never seen.
 
 Every record read goes through these stages, in order; each stage that drops a
@@ -93,7 +93,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from streams.core.assessment import SEVERITIES, severity_rank
 from streams.errors import BrokerError, ConfigError, MalformedMessageError, SerdeError
 from streams.security import client_config
-from streams.serde.codec import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
+from streams.serde.avro import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 from streams.settings import Settings
 
 Record: TypeAlias = AssessmentWire | PatternRecord

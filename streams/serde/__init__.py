@@ -1,6 +1,6 @@
 """Kafka message serde: fastavro bodies with Avro single-object or Confluent framing.
 
-See :mod:`streams.serde.codec` for the framing and error contract and
+See :mod:`streams.serde.avro` for the framing and error contract and
 :mod:`streams.serde.schemas` for the bundled ``.avsc`` files.  Depends on the core,
 fastavro and (only for Confluent framing) ``confluent_kafka.schema_registry``.
 """
@@ -11,7 +11,7 @@ from streams.errors import (
     SerdeError,
     UnknownSchemaError,
 )
-from streams.serde.codec import (
+from streams.serde.avro import (
     FRAMINGS,
     AssessmentSerde,
     AssessmentWire,

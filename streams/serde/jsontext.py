@@ -37,7 +37,7 @@ from streams.errors import MalformedMessageError, UnserializableError
 #: Deepest nesting of JSON containers (arrays/objects) accepted anywhere: by the
 #: SDK when it encodes, by the serde when it decodes (router and worker).  ``[]``
 #: is 1 level, ``[[1]]`` 2.  Why 64: real tool inputs/outputs are a handful of
-#: levels deep; the worker's state codec (streams.core.codec) writes and reads a
+#: levels deep; the worker's state codec (streams.core.statecodec) writes and reads a
 #: session state recursively (a few Python frames per level, under Python's
 #: default recursion limit of 1,000), with the event's value nested ~10 records
 #: below the state's root; 64 keeps a wide margin, and a deeper text is rejected

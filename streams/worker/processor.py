@@ -47,10 +47,10 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
 
-from streams.core.codec import decode_state, encode_state
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
 from streams.core.events import TraceEvent
 from streams.core.jsonl import event_to_json
+from streams.core.statecodec import decode_state, encode_state
 from streams.errors import InvalidEventError
 from streams.worker.state import (
     BudgetState,

@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import time
 
-from streams.admin import TopicSpec, create_topics
 from streams.errors import BrokerError
 from streams.security import client_config
 from streams.settings import Settings
+from streams.topics import TopicSpec, create_topics
 
 
 def ensure_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:

@@ -56,8 +56,8 @@ from faust.web import Request, Response, View
 from yarl import URL
 
 from streams.core.assessment import SEVERITIES, CurrentAssessment, severity_rank
-from streams.core.codec import decode_state
 from streams.core.engine import SessionState
+from streams.core.statecodec import decode_state
 from streams.errors import BadRequest
 from streams.settings import SESSION_ID_RE
 from streams.worker.auth import ALL_TENANTS, Caller, ViewAuth

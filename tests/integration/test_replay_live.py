@@ -16,7 +16,7 @@ from procs import RouterProc, WorkerProc
 from workloads import session_events
 
 from streams.cli import main
-from streams.core.codec import decode_state
+from streams.core.statecodec import decode_state
 from streams.replay.compare import compare_live
 from streams.replay.reader import TopicReader
 from streams.replay.replay import read_live, replay_events

@@ -244,7 +244,7 @@ def test_an_agent_cannot_touch_another_tenants_sessions(
     topics = secure_kafka.admin().list_topics(timeout=30).topics
     assert f"{acme.prefix}.session.acme.mine" in topics
     # an existing globex topic (made by the admin) is not writable by acme either
-    from streams.admin import TopicSpec, create_topics
+    from streams.topics import TopicSpec, create_topics
 
     create_topics(
         secure_kafka.admin(),

@@ -13,10 +13,11 @@ from confluent_kafka import Producer
 from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
 
 from streams.cli import main
-from streams.core.codec import decode_state, encode_state
 from streams.core.engine import SessionEngine
 from streams.core.events import Budget, TraceEvent
+from streams.core.statecodec import decode_state, encode_state
 from streams.errors import ConfigError, InvalidEventError
+from streams.lifecycle import scan_topic
 from streams.sdk import Publisher
 from streams.serde import EventSerde
 from streams.settings import Settings
@@ -31,7 +32,6 @@ from streams.snapshots import (
     snapshot_key,
     snapshot_value,
 )
-from streams.topics import scan_topic
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 

@@ -64,7 +64,7 @@ def read_topic(settings: Settings, topic: str) -> list[tuple[bytes | None, bytes
 
 def engine_state(settings: Settings, session_id: str, want_seq: int, timeout_s: float = 60.0):
     """The worker's flushed engine state of ``session_id`` once it covers ``want_seq``."""
-    from streams.core.codec import decode_state
+    from streams.core.statecodec import decode_state
     from streams.worker.faust_app import changelog_topic
 
     topic = changelog_topic(settings, "engines")
@@ -84,8 +84,8 @@ def engine_state(settings: Settings, session_id: str, want_seq: int, timeout_s: 
 def test_snapshot_more_events_restore_through_the_worker(
     settings: Settings, tmp_path: Path
 ) -> None:
-    from streams.core.codec import encode_state
     from streams.core.engine import SessionEngine
+    from streams.core.statecodec import encode_state
     from streams.sdk import Publisher
     from streams.serde import AssessmentSerde, EventSerde
     from streams.snapshots import decode_snapshot, get_snapshot

@@ -29,7 +29,7 @@ from streams.sdk.context import (
     partition_for_key,
 )
 from streams.sdk.subscriber import AssessmentSubscriber, Tombstone
-from streams.serde.codec import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
+from streams.serde.avro import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 from streams.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)

@@ -57,7 +57,7 @@ def test_tree_subscription_and_context_match_the_offline_core(
     from streams.sdk import Publisher
     from streams.sdk.context import PromptContext, context_for
     from streams.sdk.subscriber import AssessmentSubscriber
-    from streams.serde.codec import AssessmentWire
+    from streams.serde.avro import AssessmentWire
 
     worker = pipeline.worker
     root, child, grandchild = "tp-root", "tp-child", "tp-grandchild"

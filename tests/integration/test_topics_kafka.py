@@ -12,9 +12,9 @@ import pytest
 from streams.cli import main
 from streams.core.events import TraceEvent
 from streams.errors import ConfigError
+from streams.lifecycle import gc, list_session_topics, read_archive
 from streams.sdk import Publisher
 from streams.settings import Settings
-from streams.topics import gc, list_session_topics, read_archive
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
@@ -33,7 +33,7 @@ def publish(settings: Settings, sid: str, n: int) -> None:
 
 
 def topic_events(settings: Settings, sid: str) -> list[TraceEvent]:
-    from streams.topics import read_session_events
+    from streams.lifecycle import read_session_events
 
     return read_session_events(settings, settings.session_topic(sid))
 

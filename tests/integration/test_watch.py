@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from confluent_kafka import Producer
 
-from streams.serde.codec import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
+from streams.serde.avro import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 from streams.settings import Settings
 
 pytestmark = pytest.mark.timeout(120)

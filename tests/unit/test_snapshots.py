@@ -10,9 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from streams.core.codec import decode_state, encode_state
 from streams.core.engine import EngineOutput, SessionEngine
 from streams.core.events import Budget, TraceEvent
+from streams.core.statecodec import decode_state, encode_state
 from streams.errors import InvalidEventError
 from streams.snapshots import (
     check_snapshot_id,

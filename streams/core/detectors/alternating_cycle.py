@@ -18,10 +18,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AlternatingCycle, AnalysisView, ToolCallRecord
 from streams.core.similarity import abbreviate
+from streams.core.statecodec import state_type
 
 
 @state_type("alternating_cycle.snapshot/1")

@@ -28,9 +28,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ContextDegradation, ToolCallRecord
+from streams.core.statecodec import state_type
 
 
 @state_type("context_degradation.snapshot/1")

@@ -21,9 +21,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ContextLoop
+from streams.core.statecodec import state_type
 
 CONTEXT_ERROR: Final = re.compile(
     r"context[ _-]?(window|length)|maximum context|context_length_exceeded|"

@@ -23,10 +23,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, DoomLoop, ToolCallRecord
 from streams.core.similarity import abbreviate, sequence_similarity
+from streams.core.statecodec import state_type
 
 
 @state_type("doom_loop.snapshot/1")

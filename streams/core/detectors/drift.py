@@ -18,9 +18,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Drift, ToolCallRecord
+from streams.core.statecodec import state_type
 
 _TASK_PATH = re.compile(r"[A-Za-z_][\w\-]*(?:[/.][\w\-]+){2,}")
 

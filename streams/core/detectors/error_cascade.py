@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ErrorCascade
 from streams.core.similarity import is_generic_error
+from streams.core.statecodec import state_type
 
 _MAX_SIGS = 16
 

@@ -20,10 +20,10 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Monologue
 from streams.core.similarity import abbreviate
+from streams.core.statecodec import state_type
 
 _DIGITS: Final = re.compile(r"\d+")
 #: Utterances are compared on at most this many characters (bounded cost and state).

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Final
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ProgressStall, ToolCallRecord
+from streams.core.statecodec import state_type
 
 PROGRESS_INDICATORS: Final[tuple[str, ...]] = (
     "new_file_created",

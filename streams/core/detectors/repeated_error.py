@@ -19,10 +19,10 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, RepeatedError, ToolCallRecord
 from streams.core.similarity import is_generic_error
+from streams.core.statecodec import state_type
 
 
 @state_type("repeated_error.snapshot/1")

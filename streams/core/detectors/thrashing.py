@@ -16,9 +16,9 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Thrashing, ToolCallRecord
+from streams.core.statecodec import state_type
 
 _ACTING = frozenset({"write", "create", "delete", "exec", "other"})
 _RW = {"read": "rw", "write": "rw", "create": "rw"}

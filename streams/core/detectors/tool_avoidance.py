@@ -13,9 +13,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from streams.core.codec import state_type
 from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, ToolAvoidance
+from streams.core.statecodec import state_type
 
 
 @state_type("tool_avoidance.snapshot/1")

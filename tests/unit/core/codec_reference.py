@@ -1,6 +1,6 @@
 """The state encoder as it was before the fragment writer (the codec tests' reference).
 
-A walk to plain dicts (copied verbatim, so a change to ``streams.core.codec``
+A walk to plain dicts (copied verbatim, so a change to ``streams.core.statecodec``
 cannot move the reference with it), else the module's path-tracking walk, then
 ``json.dumps``.  Used by ``test_codec.py`` and ``tests/bench/bench_codec.py``.
 """
@@ -12,7 +12,7 @@ import math
 from datetime import timedelta
 from typing import Any
 
-from streams.core import codec
+from streams.core import statecodec as codec
 from streams.core.engine import SessionState
 from streams.core.errors import UnserializableError
 

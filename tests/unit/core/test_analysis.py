@@ -217,10 +217,10 @@ def test_spec_defaults() -> None:
 
 
 def test_snapshot_survives_the_canonical_state_codec() -> None:
-    """The engine stores ``snapshot()`` through ``streams.core.codec``: every value
+    """The engine stores ``snapshot()`` through ``streams.core.statecodec``: every value
     in it must be a frozen ``streams.core`` dataclass or plain data, and decoding
     must give an equal state that resumes identically."""
-    codec = pytest.importorskip("streams.core.codec")
+    codec = pytest.importorskip("streams.core.statecodec")
     from streams.core.detectors import DEFAULT_DETECTORS, FileChurnDetector
 
     cfg = TrajectoryAnalysisConfig(detectors=(*DEFAULT_DETECTORS, FileChurnDetector()))

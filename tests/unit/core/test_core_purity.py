@@ -26,7 +26,7 @@ def test_core_modules_are_found() -> None:
     for name in (
         "streams.core.events",
         "streams.core.engine",
-        "streams.core.codec",
+        "streams.core.statecodec",
         "streams.core.config",
     ):
         assert name in mods

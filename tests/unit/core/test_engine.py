@@ -11,12 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from streams.core.codec import decode_state, encode_state, to_canonical
 from streams.core.config import EngineConfig, ObserverSpec
 from streams.core.engine import STANDING_MAX_AGE_CALLS, EngineOutput, SessionEngine
 from streams.core.errors import InvalidEventError
 from streams.core.events import Budget, TraceEvent
 from streams.core.observers import ObserverTrigger
+from streams.core.statecodec import decode_state, encode_state, to_canonical
 
 T0 = 1_700_000_000_000
 MIN = 60_000

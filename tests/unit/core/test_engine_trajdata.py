@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from streams.core.codec import decode_state, encode_state
 from streams.core.engine import SessionEngine
+from streams.core.statecodec import decode_state, encode_state
 
 TRAJDATA = Path(
     os.environ.get("TRAJDATA_DIR")

@@ -16,12 +16,12 @@ from typing import Any
 
 import pytest
 
-from streams.core import codec
-from streams.core.codec import decode_state, encode_state
+from streams.core import statecodec as codec
 from streams.core.config import EngineConfig
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
 from streams.core.events import TraceEvent
 from streams.core.jsonl import event_from_json
+from streams.core.statecodec import decode_state, encode_state
 from streams.worker.state import SessionCounters
 
 GOLDEN = Path(__file__).resolve().parents[2] / "fixtures" / "state"

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import re
 
-from streams.core.codec import decode_state, encode_state
 from streams.core.config import EngineConfig
 from streams.core.engine import SessionEngine
 from streams.core.events import TraceEvent
+from streams.core.statecodec import decode_state, encode_state
 
 T0 = 1_700_000_000_000
 

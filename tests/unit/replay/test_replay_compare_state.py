@@ -7,8 +7,8 @@ import re
 
 from replay_sessions import T0, failing_session
 
-from streams.core.codec import decode_state, encode_state
 from streams.core.events import Budget, TraceEvent
+from streams.core.statecodec import decode_state, encode_state
 from streams.replay.compare import CompareReport
 from streams.replay.replay import diff_live, replay_events
 from streams.replay.state import StateReplay, Tables, diff_tables, replay_state

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from streams.core.assessment import Assessment, CurrentAssessment, Observation, build_context
 from streams.errors import ConfigError
 from streams.sdk.context import murmur2, partition_for_key, render_if_fresh
-from streams.serde.codec import AssessmentWire
+from streams.serde.avro import AssessmentWire
 
 # Kafka's own murmur2 test vectors (clients/.../UtilsTest.testMurmur2), as signed int32.
 JAVA_VECTORS = {

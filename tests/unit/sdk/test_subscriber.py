@@ -18,7 +18,7 @@ from streams.sdk.subscriber import (
     sample_keep,
     severity_passes,
 )
-from streams.serde.codec import AssessmentWire, PatternRecord
+from streams.serde.avro import AssessmentWire, PatternRecord
 
 
 def wire(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from streams.commands.watch import WatchState, plain_line, stats_line
 from streams.sdk.subscriber import SubscriberStats
-from streams.serde.codec import AssessmentWire, PatternRecord
+from streams.serde.avro import AssessmentWire, PatternRecord
 
 
 def wire(sid: str, seq: int, severity: str | None, assessments: object = None) -> AssessmentWire:

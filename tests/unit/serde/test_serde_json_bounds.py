@@ -16,9 +16,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from streams.core.codec import decode_state, encode_state, from_canonical, to_canonical
 from streams.core.engine import SessionEngine
 from streams.core.events import TraceEvent
+from streams.core.statecodec import decode_state, encode_state, from_canonical, to_canonical
 from streams.errors import MalformedMessageError, UnserializableError
 from streams.serde import AssessmentSerde, EventSerde, PatternSerde, fingerprint
 from streams.serde.jsontext import (

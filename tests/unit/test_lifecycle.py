@@ -8,8 +8,7 @@ import pytest
 
 from streams.core.events import Budget, TraceEvent
 from streams.errors import ConfigError
-from streams.settings import Settings
-from streams.topics import (
+from streams.lifecycle import (
     SessionTopic,
     parse_duration,
     read_archive,
@@ -17,6 +16,7 @@ from streams.topics import (
     session_id_of,
     write_archive,
 )
+from streams.settings import Settings
 
 H = 3_600_000
 D = 24 * H

@@ -16,7 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from streams.core.assessment import Assessment, AssessmentHistory, CurrentAssessment, Observation
-from streams.core.codec import (
+from streams.core.engine import SessionState
+from streams.core.errors import StateDecodeError, UnserializableError
+from streams.core.events import Budget
+from streams.core.observers import ObserverState
+from streams.core.statecodec import (
     STATE_VERSION,
     decode_state,
     encode_state,
@@ -24,10 +28,6 @@ from streams.core.codec import (
     state_type,
     to_canonical,
 )
-from streams.core.engine import SessionState
-from streams.core.errors import StateDecodeError, UnserializableError
-from streams.core.events import Budget
-from streams.core.observers import ObserverState
 
 
 @dataclass
@@ -193,7 +193,7 @@ def test_compressed_state_decodes_to_the_same_value_and_is_smaller() -> None:
             "unknown type tag",
         ),
         (
-            b'{"format":"trajectory-session-state","version":1,"state":{"!t":"streams.core.codec:to_canonical","!f":{}}}',
+            b'{"format":"trajectory-session-state","version":1,"state":{"!t":"streams.core.statecodec:to_canonical","!f":{}}}',
             "unknown type tag",
         ),
         (
@@ -342,7 +342,7 @@ def test_round_trip_session_states(state: SessionState) -> None:
 @given(states)
 def test_fast_and_path_tracking_encoders_agree(state: SessionState) -> None:
     """The hot-path encoder/decoder (no path strings) must equal the path-tracking ones."""
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     slow = codec._dumps(codec._to_plain(state, "state", set()), "state", state)
     assert codec.to_canonical(state) == slow
@@ -373,7 +373,7 @@ def assert_same_as_reference(value: object, root: str = "state") -> None:
 
 @pytest.fixture(autouse=True)
 def _fresh_fragment_cache() -> Any:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     codec.clear_fragment_cache()
     yield
@@ -433,7 +433,7 @@ def _sim_events(kind: str, seed: int, sid: str, n: int) -> list[Any]:
 
 @pytest.mark.parametrize("kind", ["healthy", "looping", "stalled", "budget_burner"])
 def test_engine_states_byte_identical_to_reference_after_every_event(kind: str) -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
     from streams.core.engine import SessionEngine
 
     encoded = 0
@@ -655,7 +655,7 @@ def test_random_values_match_reference(value: Any) -> None:
 
 
 def test_equal_but_distinct_objects_give_the_same_bytes_and_own_entries() -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     one, two = Leaf("x", (1, 2.5)), Leaf("x", (1, 2.5))
     assert one == two and one is not two
@@ -665,7 +665,7 @@ def test_equal_but_distinct_objects_give_the_same_bytes_and_own_entries() -> Non
 
 
 def test_a_live_cached_object_is_served_from_the_cache() -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     leaf = Leaf("x", 1)
     outer = {"leaf": leaf}
@@ -679,7 +679,7 @@ def test_a_live_cached_object_is_served_from_the_cache() -> None:
 
 
 def test_an_entry_for_another_object_under_the_same_id_is_ignored() -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     leaf, other = Leaf("x", 1), Leaf("y", 2)
     codec._frag_new[id(leaf)] = (other, '"WRONG-NEW"')
@@ -709,7 +709,7 @@ def test_records_holding_dicts_or_lists_are_rewritten_after_in_place_changes() -
 
 
 def test_deeply_immutable_records_are_cached_whole_others_around_their_dicts() -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     imm = Leaf(1, (Leaf("a"), timedelta(seconds=1)))
     mut = Leaf(imm, {"k": 1})
@@ -727,7 +727,7 @@ def test_deeply_immutable_records_are_cached_whole_others_around_their_dicts() -
 
 
 def test_generation_eviction_and_promotion(monkeypatch: pytest.MonkeyPatch) -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     monkeypatch.setattr(codec, "_FRAGMENT_CACHE_LIMIT", 3)
     leaves = [Leaf(i) for i in range(8)]
@@ -757,7 +757,7 @@ def test_generation_eviction_and_promotion(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_long_fragments_are_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     monkeypatch.setattr(codec, "_FRAGMENT_MAX_CHARS", 60)
     small, big = Leaf(1), Leaf("x" * 20)  # 47 and 68 chars
@@ -769,7 +769,7 @@ def test_long_fragments_are_not_cached(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_a_cycle_made_after_caching_is_still_detected() -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     items: list[Any] = []
     leaf = Leaf(items, 1)
@@ -785,7 +785,7 @@ def test_a_cycle_made_after_caching_is_still_detected() -> None:
 def test_records_holding_records_are_cached_when_met_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from streams.core import codec
+    from streams.core import statecodec as codec
 
     inner = Leaf("in")
     outer = Node(1, inner, (Leaf(2),))
@@ -838,7 +838,7 @@ def test_unregistered_dataclass_is_refused_naming_the_path() -> None:
 
 
 def test_registration_rules() -> None:
-    from streams.core.codec import register_state_type, state_tag
+    from streams.core.statecodec import register_state_type, state_tag
 
     @dataclass(frozen=True)
     class V1:
@@ -866,7 +866,7 @@ def test_registration_rules() -> None:
 
 
 def test_every_legacy_tag_maps_to_a_registered_type_of_that_name() -> None:
-    from streams.core.codec import LEGACY_TAGS, state_types
+    from streams.core.statecodec import LEGACY_TAGS, state_types
 
     types = state_types()
     for old, new in LEGACY_TAGS.items():
@@ -875,7 +875,7 @@ def test_every_legacy_tag_maps_to_a_registered_type_of_that_name() -> None:
 
 
 def test_builtin_state_types_carry_no_module_paths() -> None:
-    from streams.core.codec import LEGACY_TAGS, state_types
+    from streams.core.statecodec import LEGACY_TAGS, state_types
 
     builtin = {t: c for t, c in state_types().items() if c.__module__.startswith("streams.")}
     assert len(builtin) >= len(LEGACY_TAGS) == 36

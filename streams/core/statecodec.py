@@ -333,7 +333,7 @@ def _class_info(cls: type[Any]) -> tuple[str, tuple[str, ...]] | tuple[None, tup
             (
                 "",
                 f"dataclass {cls.__module__}.{cls.__qualname__} is no registered state type; "
-                "give it a stable tag with @state_type('name/1') from streams.core.codec",
+                "give it a stable tag with @state_type('name/1') from streams.core.statecodec",
             ),
         )
     else:

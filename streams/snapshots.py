@@ -69,9 +69,10 @@ from typing import Any, Final
 from streams.core.engine import SessionState
 from streams.core.events import META_SNAPSHOT_ID, TraceEvent
 from streams.core.statecodec import decode_state, encode_state
-from streams.errors import ConfigError, DeliveryError, InvalidEventError
+from streams.errors import DeliveryError, InvalidEventError
 from streams.security import client_config
 from streams.settings import Settings, check_session_id
+from streams.topics import ensure_snapshots_topic
 
 #: Longest snapshot id accepted (it is part of a Kafka key and shown in tables).
 MAX_SNAPSHOT_ID_LEN: Final = 200
@@ -169,57 +170,8 @@ def decode_snapshot(value: bytes) -> SessionState:
 
 # ------------------------------------------------------------------- the topic
 
-
-def ensure_snapshots_topic(
-    admin: Any, settings: Settings, *, partitions: int = 1, timeout_s: float = 30.0
-) -> str:
-    """Create the compacted ``<prefix>.snapshots`` topic if missing; return its name.
-
-    If it exists it must be compacted: a delete-policy topic would lose restore
-    points to retention, so that raises :class:`ConfigError` naming the setting.
-    """
-    from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
-
-    from streams.sdk.publisher import RECORD_OVERHEAD
-    from streams.topics import TopicSpec, create_topics
-
-    topic = settings.snapshots_topic
-    spec = TopicSpec(
-        topic,
-        partitions,
-        {
-            "cleanup.policy": "compact",
-            "max.message.bytes": str(settings.max_message_bytes + RECORD_OVERHEAD),
-        },
-    )
-    if create_topics(admin, [spec], bootstrap=settings.bootstrap, timeout_s=timeout_s):
-        return topic
-    # it existed already: it must be compacted
-    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            configs = admin.describe_configs([res], request_timeout=timeout_s)[res].result(
-                timeout=timeout_s
-            )
-            break
-        except KafkaException as exc:
-            # another process created it a moment ago: the broker we asked may not
-            # know it yet (UNKNOWN_TOPIC_OR_PART); ask again until timeout_s
-            code = exc.args[0].code() if exc.args else None
-            if code != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
-                raise
-            time.sleep(0.2)
-    policy = configs["cleanup.policy"].value if "cleanup.policy" in configs else ""
-    if "compact" not in (policy or ""):
-        raise ConfigError(
-            "cleanup.policy",
-            f"topic {topic!r} exists with cleanup.policy={policy!r}; snapshots need 'compact' "
-            f"(kafka-configs --alter --entity-type topics --entity-name {topic} "
-            "--add-config cleanup.policy=compact)",
-        )
-    return topic
+# The topic's spec and creation (compacted, checked if it exists) live with every
+# other topic's in streams.topics; re-exported here where the contract names it.
 
 
 @dataclass(frozen=True, slots=True)

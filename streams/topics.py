@@ -1,38 +1,234 @@
-"""Topic creation shared by every process that owns topics (SDK, router, worker, snapshots).
+"""The one owner of topic specs: every topic's name, partitions, configs and creation.
 
-Why one place: each process creates the topics it writes to (the brokers we run
-have auto-creation off, so a missing ``create`` is a loud failure, not a topic
-with the wrong partition count), and they must all treat "already exists" as
-success and every other failure as a :class:`~streams.errors.DeliveryError`
-that names the topic, the bootstrap address and what to check.
+Every process creates the topics it writes (the brokers we run have
+auto-creation off, so a missing ``create`` is a loud failure, not a topic with
+the wrong partition count): the SDK its session topics and ``<prefix>.control``,
+the router ``<prefix>.events``, ``.dlq`` and ``.control``, the worker its inputs
+and outputs (and, through Faust, its own changelog topics, which are not
+specified here), ``trajectory snapshot`` the snapshots topic.  They all take the
+spec of a topic kind from here and create it with :func:`ensure_topics`, so
+two processes racing to create the same topic create the same one.
 
-Never probe a topic with ``list_topics(topic=...)``: on a broker with
-auto-creation on, that metadata request creates the topic with broker defaults.
+Invariants:
+
+* **Names** come from :class:`~streams.settings.Settings` (``settings.events_topic``
+  ...); this module decides everything else.
+* **One size margin.**  A topic's ``max.message.bytes`` is the serde's cap
+  (``settings.max_message_bytes``, the ``max_bytes`` every ``EventSerde`` is built
+  with) plus :data:`SIZE_MARGIN`, room for record headers (the router's DLQ
+  reason, the tenant) and batch overhead.  Client-side ``message.max.bytes`` /
+  ``fetch.message.max.bytes`` use the same margin.
+* **Existing topics are left alone**: "already exists" is success (their
+  partition count and configs are the operator's), every other failure is a
+  :class:`~streams.errors.DeliveryError` or
+  :class:`~streams.security.SecurityError` naming the topic and what to check.
+  The one exception is the snapshots topic, which must be compacted
+  (:func:`ensure_snapshots_topic`).
+* Never probe a topic with ``list_topics(topic=...)``: on a broker with
+  auto-creation on, that metadata request creates the topic with broker defaults.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import time
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
-from streams.errors import DeliveryError
-from streams.security import SecurityError, explain_kafka_error
+from streams.errors import BrokerError, ConfigError, DeliveryError
+from streams.security import SecurityError, client_config, explain_kafka_error
+from streams.settings import Settings
+
+#: Bytes allowed on top of ``settings.max_message_bytes`` (the serde's cap on an
+#: encoded value) for a record's key, headers and batch overhead.  The router adds
+#: headers to what it forwards and dead-letters (the reason, a preview of an
+#: oversized value is capped at 64 KiB), so this is 64 KiB, not a bare record
+#: overhead.  The one margin every topic and client config uses.
+SIZE_MARGIN: Final = 64 * 1024
+
+#: ``segment.index.bytes`` of session topics (broker default 10 MiB).  Kafka
+#: preallocates each segment's offset and time index at this size as sparse,
+#: memory-mapped files; with a topic per session that is 20 MiB of address space
+#: per session, and once the indexes are written to, the page cache fills with
+#: their pages (1,000 sessions: ~20 GB) and the broker thrashes on page faults
+#: (measured on this project's 24 GiB VMs: broker pinned at 1 core and produce
+#: stalling for tens of seconds ~22 s into 1,000 events/s over 1,000 sessions,
+#: when each partition passed its first 4 KiB index interval).  128 KiB still
+#: indexes ~40 MiB of a session's log before the segment rolls.
+SESSION_SEGMENT_INDEX_BYTES: Final = 128 * 1024
+
+#: The replication factor that means "the broker's ``default.replication.factor``".
+BROKER_DEFAULT_RF: Final = -1
 
 
 @dataclass(frozen=True)
 class TopicSpec:
-    """A topic to create: its partition count and topic-level configs."""
+    """A topic to create: name, partition count, replication factor, topic configs.
+
+    Invariant: ``partitions >= 1`` and ``replication_factor`` is -1 (the broker's
+    default) or >= 1; configs are Kafka topic-level config strings.
+    """
 
     name: str
     partitions: int = 1
     config: Mapping[str, str] = field(default_factory=dict)
-    replication_factor: int = -1  # the broker's default
+    replication_factor: int = BROKER_DEFAULT_RF
+
+    def __post_init__(self) -> None:
+        if self.partitions < 1:
+            raise ConfigError(
+                "partitions", f"topic {self.name!r}: {self.partitions}; use 1 or more"
+            )
+        if self.replication_factor == 0 or self.replication_factor < -1:
+            raise ConfigError(
+                "replication_factor",
+                f"topic {self.name!r}: {self.replication_factor}; use -1 (broker default) "
+                "or 1 or more",
+            )
 
 
-def create_topics(
+# ------------------------------------------------------------------ sizes
+
+
+def max_message_bytes(settings: Settings) -> int:
+    """The ``max.message.bytes`` of every topic: the serde's cap plus :data:`SIZE_MARGIN`."""
+    return settings.max_message_bytes + SIZE_MARGIN
+
+
+def _sized(settings: Settings, **config: str) -> dict[str, str]:
+    return {"max.message.bytes": str(max_message_bytes(settings)), **config}
+
+
+_COMPACT: Final = "compact"
+
+
+# ------------------------------------------------------------------ one spec per topic kind
+
+
+def session_topic_spec(settings: Settings, session_id: str) -> TopicSpec:
+    """``<prefix>.session.<id>``: one partition (seq order), ``session_retention_ms``,
+    small segment indexes (:data:`SESSION_SEGMENT_INDEX_BYTES`)."""
+    return TopicSpec(
+        settings.session_topic(session_id),
+        1,
+        _sized(
+            settings,
+            **{
+                "retention.ms": str(settings.session_retention_ms),
+                "segment.index.bytes": str(SESSION_SEGMENT_INDEX_BYTES),
+            },
+        ),
+    )
+
+
+def control_topic_spec(
+    settings: Settings, replication_factor: int = BROKER_DEFAULT_RF
+) -> TopicSpec:
+    """``<prefix>.control``: session announcements, compacted (the latest per session)."""
+    return TopicSpec(
+        settings.control_topic,
+        1,
+        _sized(settings, **{"cleanup.policy": _COMPACT}),
+        replication_factor,
+    )
+
+
+def events_topic_spec(settings: Settings, replication_factor: int = BROKER_DEFAULT_RF) -> TopicSpec:
+    """``<prefix>.events``: ``settings.events_partitions`` partitions, the worker's input
+    (its tables are co-partitioned with it)."""
+    return TopicSpec(
+        settings.events_topic, settings.events_partitions, _sized(settings), replication_factor
+    )
+
+
+def dlq_topic_spec(settings: Settings, replication_factor: int = BROKER_DEFAULT_RF) -> TopicSpec:
+    """``<prefix>.dlq``: one partition; holds whole rejected records plus reason headers."""
+    return TopicSpec(settings.dlq_topic, 1, _sized(settings), replication_factor)
+
+
+def patterns_topic_spec(
+    settings: Settings, partitions: int, replication_factor: int = BROKER_DEFAULT_RF
+) -> TopicSpec:
+    """``<prefix>.patterns``: every pattern detection, as many partitions as events."""
+    return TopicSpec(settings.patterns_topic, partitions, _sized(settings), replication_factor)
+
+
+def assessments_topic_spec(
+    settings: Settings, partitions: int, replication_factor: int = BROKER_DEFAULT_RF
+) -> TopicSpec:
+    """``<prefix>.assessments``: compacted, the latest assessment per session."""
+    return TopicSpec(
+        settings.assessments_topic,
+        partitions,
+        _sized(settings, **{"cleanup.policy": _COMPACT}),
+        replication_factor,
+    )
+
+
+def assessment_history_topic_spec(
+    settings: Settings, partitions: int, replication_factor: int = BROKER_DEFAULT_RF
+) -> TopicSpec:
+    """``<prefix>.assessment-history``: every assessment, time-retained."""
+    return TopicSpec(
+        settings.assessment_history_topic, partitions, _sized(settings), replication_factor
+    )
+
+
+def snapshots_topic_spec(
+    settings: Settings, partitions: int = 1, replication_factor: int = BROKER_DEFAULT_RF
+) -> TopicSpec:
+    """``<prefix>.snapshots``: compacted (a restore point must not expire), keyed
+    ``<session_id>/<snapshot_id>`` (:mod:`streams.snapshots`)."""
+    return TopicSpec(
+        settings.snapshots_topic,
+        partitions,
+        _sized(settings, **{"cleanup.policy": _COMPACT}),
+        replication_factor,
+    )
+
+
+def router_topic_specs(settings: Settings, replication_factor: int) -> list[TopicSpec]:
+    """What the router writes: events, dlq, control."""
+    return [
+        events_topic_spec(settings, replication_factor),
+        dlq_topic_spec(settings, replication_factor),
+        control_topic_spec(settings, replication_factor),
+    ]
+
+
+#: The worker's topics are created unreplicated, like the changelog topics Faust
+#: creates for it (``topic_replication_factor=1`` in streams.worker.faust_app).
+WORKER_RF: Final = 1
+
+
+def worker_topic_specs(settings: Settings) -> list[TopicSpec]:
+    """What the worker reads and writes, but the snapshots topic (see
+    :func:`ensure_worker_topics`): events, dlq, patterns, assessments, history."""
+    n = settings.events_partitions
+    return [
+        events_topic_spec(settings, WORKER_RF),
+        dlq_topic_spec(settings, WORKER_RF),
+        patterns_topic_spec(settings, n, WORKER_RF),
+        assessments_topic_spec(settings, n, WORKER_RF),
+        assessment_history_topic_spec(settings, n, WORKER_RF),
+    ]
+
+
+# ------------------------------------------------------------------ creating them
+
+
+def admin_client(settings: Settings) -> Any:
+    """A confluent-kafka ``AdminClient`` for ``settings.bootstrap`` (TLS/SASL applied)."""
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient(
+        {"bootstrap.servers": settings.bootstrap, **client_config(settings.security)}
+    )
+
+
+def ensure_topics(
     admin: Any,
-    specs: list[TopicSpec],
+    specs: Iterable[TopicSpec],
     *,
     bootstrap: str,
     timeout_s: float = 15.0,
@@ -44,8 +240,9 @@ def create_topics(
     ACL (or the login) refuses it, naming the setting or the grant to fix.
     """
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
+    specs = list(specs)
     if not specs:
         return []
     futures = admin.create_topics(
@@ -85,4 +282,113 @@ def create_topics(
     return created
 
 
-__all__ = ["TopicSpec", "create_topics"]
+def ensure_snapshots_topic(
+    admin: Any, settings: Settings, *, partitions: int = 1, timeout_s: float = 30.0
+) -> str:
+    """Create the compacted ``<prefix>.snapshots`` topic if missing; return its name.
+
+    If it exists it must be compacted: a delete-policy topic would lose restore
+    points to retention, so that raises :class:`ConfigError` naming the setting.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import ConfigResource  # type: ignore[attr-defined]
+
+    spec = snapshots_topic_spec(settings, partitions)
+    topic = spec.name
+    if ensure_topics(admin, [spec], bootstrap=settings.bootstrap, timeout_s=timeout_s):
+        return topic
+    # it existed already: it must be compacted
+    res = ConfigResource(ConfigResource.Type.TOPIC, topic)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            configs = admin.describe_configs([res], request_timeout=timeout_s)[res].result(
+                timeout=timeout_s
+            )
+            break
+        except KafkaException as exc:
+            # another process created it a moment ago: the broker we asked may not
+            # know it yet (UNKNOWN_TOPIC_OR_PART); ask again until timeout_s
+            code = exc.args[0].code() if exc.args else None
+            if code != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    policy = configs["cleanup.policy"].value if "cleanup.policy" in configs else ""
+    if _COMPACT not in (policy or ""):
+        raise ConfigError(
+            "cleanup.policy",
+            f"topic {topic!r} exists with cleanup.policy={policy!r}; snapshots need 'compact' "
+            f"(kafka-configs --alter --entity-type topics --entity-name {topic} "
+            "--add-config cleanup.policy=compact)",
+        )
+    return topic
+
+
+def ensure_worker_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
+    """Create the worker's missing topics; return the partition count of ``<prefix>.events``.
+
+    Why: Faust only creates topics it owns (changelogs); a source topic created by
+    broker auto-creation would get the broker's default partition count, and the
+    tables must have exactly as many partitions as the topic they are fed from.
+    So the worker creates the topic with ``settings.events_partitions`` when it is
+    missing, and otherwise adopts the partition count the topic already has.  Faust
+    does not create non-internal topics it sends to either, hence the DLQ.
+    """
+    from confluent_kafka import KafkaException
+
+    admin = admin_client(settings)
+    name = settings.events_topic
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerError(
+            f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"
+        ) from exc
+    ensure_topics(
+        admin,
+        [
+            s
+            for s in worker_topic_specs(settings)
+            if s.name not in md.topics or md.topics[s.name].error is not None
+        ],
+        bootstrap=settings.bootstrap,
+        timeout_s=timeout_s,
+    )
+    if settings.snapshots_topic not in md.topics:
+        ensure_snapshots_topic(admin, settings, timeout_s=timeout_s)
+    # Right after creation the metadata can still show the topic with 0 partitions.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=timeout_s)  # never topic=...: it may auto-create
+        topic = md.topics.get(name)
+        if topic is not None and topic.error is None and topic.partitions:
+            return len(topic.partitions)
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"topic {name!r} has no partitions in the metadata {timeout_s}s after creation"
+            )
+        time.sleep(0.1)
+
+
+__all__ = [
+    "BROKER_DEFAULT_RF",
+    "SESSION_SEGMENT_INDEX_BYTES",
+    "SIZE_MARGIN",
+    "WORKER_RF",
+    "TopicSpec",
+    "admin_client",
+    "assessment_history_topic_spec",
+    "assessments_topic_spec",
+    "control_topic_spec",
+    "dlq_topic_spec",
+    "ensure_snapshots_topic",
+    "ensure_topics",
+    "ensure_worker_topics",
+    "events_topic_spec",
+    "max_message_bytes",
+    "patterns_topic_spec",
+    "router_topic_specs",
+    "session_topic_spec",
+    "snapshots_topic_spec",
+    "worker_topic_specs",
+]

@@ -168,7 +168,7 @@ def run(args: argparse.Namespace) -> int:
     # +18 % events/s; docs/faust-notes.md "Garbage collection").
     gc.set_threshold(10_000, 50, 100)
     from streams.settings import Settings
-    from streams.worker.topics import ensure_topics
+    from streams.topics import ensure_worker_topics
 
     settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
     engine_config = None
@@ -183,7 +183,7 @@ def run(args: argparse.Namespace) -> int:
     from streams.worker.auth import TLS_CERT_ENV, TLS_KEY_ENV, TOKENS_ENV, ViewAuth, tls_context
 
     tokens = args.http_tokens_file or os.environ.get(TOKENS_ENV)
-    partitions = ensure_topics(settings)
+    partitions = ensure_worker_topics(settings)
     worker_app = create_app(
         settings,
         store=args.store,

@@ -1,7 +1,7 @@
 """The pure detector core: events, analysis, detectors, observers, assessments.
 
 Everything here is plain Python over plain data (no Kafka, Faust or Avro import;
-``tests/unit/core/test_core_purity.py`` checks it), and reads time only from
+``tests/unit/test_import_layers.py`` checks it), and reads time only from
 events, so the live worker, ``trajectory analyze`` and replays give the same
 answers for the same events.
 """

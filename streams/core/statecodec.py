@@ -245,6 +245,18 @@ def _load_builtin_types() -> None:
         _builtins_loaded = True
 
 
+#: The tag of :class:`~streams.core.engine.SessionState`, the root of every state.
+_SESSION_STATE_TAG: Final = "engine.session_state/1"
+
+
+def _session_state_type() -> type[Any]:
+    """The SessionState class, found by its tag (not imported: streams.core.engine
+    imports this module for ``@state_type``, and this module must not import it back;
+    tests/unit/test_import_layers.py fails on such a cycle)."""
+    _load_builtin_types()
+    return _TYPES[_SESSION_STATE_TAG]
+
+
 def _child(path: str, key: str) -> str:
     return f"{path}.{key}" if key.isidentifier() else f"{path}[{key!r}]"
 
@@ -822,9 +834,8 @@ def encode_state(state: object, *, compress: bool = False) -> bytes:
     deterministic for a given zlib build, not across builds, so compare states
     by their uncompressed bytes.
     """
-    from streams.core.engine import SessionState
-
-    if not isinstance(state, SessionState):
+    session_state = _session_state_type()
+    if not isinstance(state, session_state):
         raise UnserializableError("state", f"expected SessionState, got {type(state).__name__}")
     envelope = {"format": STATE_FORMAT, "version": STATE_VERSION, "state": state}
     data = _encode(envelope, "")
@@ -841,8 +852,7 @@ def decode_state(data: bytes) -> Any:
     compressed value, another format, an unknown version, or a payload that is
     not a SessionState.
     """
-    from streams.core.engine import SessionState
-
+    session_state = _session_state_type()
     if not isinstance(data, (bytes, bytearray, memoryview)):
         raise StateDecodeError(f"expected bytes, got {type(data).__name__}")
     if bytes(data[:1]) == _DEFLATED:
@@ -869,7 +879,7 @@ def decode_state(data: bytes) -> Any:
     if set(plain) != {"format", "version", "state"}:
         raise StateDecodeError(f"unexpected envelope keys {sorted(plain)}")
     state = _decode_plain(plain["state"], "state")
-    if not isinstance(state, SessionState):
+    if not isinstance(state, session_state):
         raise StateDecodeError(f"state payload is a {type(state).__name__}, not a SessionState")
     return state
 

@@ -101,14 +101,15 @@ from streams.router.validate import (
 )
 from streams.security import client_config, raise_if_security_error
 from streams.settings import Settings
-from streams.topics import TopicSpec, create_topics
+from streams.topics import SIZE_MARGIN, router_topic_specs
+from streams.topics import ensure_topics as create_topics  # ensure_topics below is the router set
 
 log = logging.getLogger("streams.router")
 
 #: A dead letter keeps at most this much of an oversized message (the full value
 #: may not fit the DLQ topic, and a preview is enough to diagnose it).
 DLQ_PREVIEW_BYTES = 64 * 1024
-_TOPIC_MARGIN = 64 * 1024  # headers + record overhead on top of max_message_bytes
+_TOPIC_MARGIN = SIZE_MARGIN  # headers + record overhead on top of max_message_bytes
 #: At-least-once: give up (raise, commit nothing) when a flush before an offset
 #: commit has not delivered everything after this long.  Below the consumer's
 #: max.poll.interval.ms (300 s), so the group does not evict a router stuck here.
@@ -176,16 +177,9 @@ def ensure_topics(
     admin = admin or AdminClient(
         {"bootstrap.servers": settings.bootstrap, **client_config(settings.security)}
     )
-    topic_cfg = {"max.message.bytes": str(settings.max_message_bytes + _TOPIC_MARGIN)}
-    rf = config.replication_factor
     for name in create_topics(
         admin,
-        [
-            TopicSpec(settings.events_topic, settings.events_partitions, topic_cfg, rf),
-            TopicSpec(settings.dlq_topic, 1, topic_cfg, rf),
-            # Compacted, as the SDK creates it: the latest announcement per session is kept.
-            TopicSpec(settings.control_topic, 1, {"cleanup.policy": "compact"}, rf),
-        ],
+        router_topic_specs(settings, config.replication_factor),
         bootstrap=settings.bootstrap,
     ):
         log.info("created topic %s", name)

@@ -89,10 +89,14 @@ from streams.security import (
 from streams.serde import EventSerde
 from streams.settings import Settings, check_session_id
 from streams.tenancy import tenant_of
-from streams.topics import TopicSpec, create_topics
+from streams.topics import (
+    SIZE_MARGIN,
+    TopicSpec,
+    control_topic_spec,
+    ensure_topics,
+    session_topic_spec,
+)
 
-#: Bytes of Kafka record overhead allowed on top of ``max_message_bytes``.
-RECORD_OVERHEAD: Final = 1024
 #: How many delivery failures a DeliveryError message spells out.
 _SHOWN_FAILURES: Final = 5
 
@@ -100,18 +104,6 @@ _SHOWN_FAILURES: Final = 5
 def now_ms() -> int:
     """Wall-clock epoch milliseconds (the SDK is the shell; the core never calls this)."""
     return time.time_ns() // 1_000_000
-
-
-#: ``segment.index.bytes`` of session topics (broker default 10 MiB).  Kafka
-#: preallocates each segment's offset and time index at this size as sparse,
-#: memory-mapped files; with a topic per session that is 20 MiB of address space
-#: per session, and once the indexes are written to, the page cache fills with
-#: their pages (1,000 sessions: ~20 GB) and the broker thrashes on page faults
-#: (measured on this project's 24 GiB VMs: broker pinned at 1 core and produce
-#: stalling for tens of seconds ~22 s into 1,000 events/s over 1,000 sessions,
-#: when each partition passed its first 4 KiB index interval).  128 KiB still
-#: indexes ~40 MiB of a session's log before the segment rolls.
-SESSION_SEGMENT_INDEX_BYTES: Final = 128 * 1024
 
 
 def delivery_failure(what: str, topic: str, err: Any, settings: Settings) -> str:
@@ -182,7 +174,7 @@ class Publisher:
             "bootstrap.servers": s.bootstrap,
             "linger.ms": 5,
             "compression.type": "lz4",
-            "message.max.bytes": max(1_000_000, s.max_message_bytes + RECORD_OVERHEAD),
+            "message.max.bytes": max(1_000_000, s.max_message_bytes + SIZE_MARGIN),
             **client_config(s.security),
         }
         for key, value in (producer_config or {}).items():
@@ -256,23 +248,18 @@ class Publisher:
 
     def ensure_session_topics(self, session_ids: Iterable[str]) -> list[str]:
         """Create many session topics in one admin request (replaying many sessions)."""
-        topics = [self.settings.session_topic(sid) for sid in session_ids]
-        config = {
-            "retention.ms": str(self.settings.session_retention_ms),
-            "max.message.bytes": str(self.settings.max_message_bytes + RECORD_OVERHEAD),
-            "segment.index.bytes": str(SESSION_SEGMENT_INDEX_BYTES),
-        }
-        self._ensure_topics({t: config for t in topics})
-        return topics
+        specs = [session_topic_spec(self.settings, sid) for sid in session_ids]
+        self._ensure_topics(specs)
+        return [spec.name for spec in specs]
 
-    def _ensure_topics(self, wanted: Mapping[str, Mapping[str, str]]) -> None:
+    def _ensure_topics(self, wanted: Iterable[TopicSpec]) -> None:
         with self._lock:
-            missing = {t: dict(c) for t, c in wanted.items() if t not in self._topics}
+            missing = {s.name: s for s in wanted if s.name not in self._topics}
         if not missing:
             return
-        create_topics(
+        ensure_topics(
             self._admin,
-            [TopicSpec(t, 1, c) for t, c in missing.items()],
+            missing.values(),
             bootstrap=self.settings.bootstrap,
             timeout_s=self._admin_timeout_s,
         )
@@ -282,7 +269,7 @@ class Publisher:
     def announce(self, session_id: str, topic: str, info: Mapping[str, JsonValue]) -> None:
         """Tell routers that ``topic`` exists (key = session id, JSON value)."""
         control = self.settings.control_topic
-        self._ensure_topics({control: {"cleanup.policy": "compact"}})
+        self._ensure_topics([control_topic_spec(self.settings)])
         value = json.dumps(
             {"topic": topic, "session_id": session_id, **info},
             ensure_ascii=False,
@@ -766,4 +753,4 @@ class Session:
         return event
 
 
-__all__ = ["RECORD_OVERHEAD", "Publisher", "Session", "now_ms"]
+__all__ = ["Publisher", "Session", "now_ms"]

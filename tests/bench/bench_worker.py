@@ -142,7 +142,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=600.0)
     args = ap.parse_args()
 
-    from streams.worker.topics import ensure_topics
+    from streams.topics import ensure_worker_topics
 
     t0 = time.perf_counter()
     events = sim_events(args.events, args.sessions)
@@ -153,7 +153,7 @@ def main() -> None:
         # the same group would start from the first one's committed offsets
         prefix = f"benchw-{uuid.uuid4().hex[:8]}"
         settings = Settings().with_(prefix=prefix).with_(events_partitions=args.partitions)
-        ensure_topics(settings)
+        ensure_worker_topics(settings)
         prod_s = produce(settings, events)
         print(
             f"prefix {prefix}: {n} events, {len({e.session_id for e in events})} sessions, "

@@ -576,7 +576,7 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     """One chaos run in ``workdir`` (logs and data stay there); see the module docstring."""
     from streams.broker import LocalBroker, ensure_jars, free_ports
     from streams.settings import Settings
-    from streams.worker.topics import ensure_topics
+    from streams.topics import ensure_worker_topics
 
     rng = random.Random(cfg.seed)
     result = ChaosResult(config=cfg)
@@ -592,7 +592,7 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     t_begin = time.monotonic()
     broker.start()
     settings = Settings(bootstrap=broker.bootstrap, prefix=PREFIX, events_partitions=PARTITIONS)
-    ensure_topics(settings)
+    ensure_worker_topics(settings)
     log(f"chaos: broker at {broker.bootstrap}, workdir {workdir}")
 
     router = Proc(

@@ -123,11 +123,11 @@ class WorkerProc:
         extra: tuple[str, ...] = (),
         port: int | None = None,
     ) -> None:
-        from streams.worker.topics import ensure_topics
+        from streams.topics import ensure_worker_topics
 
         # Create <prefix>.events (settings.events_partitions) before anything produces:
         # on a broker with auto-creation a first produce would make a 1-partition topic.
-        assert ensure_topics(settings) == settings.events_partitions
+        assert ensure_worker_topics(settings) == settings.events_partitions
         self.port = port or free_port()
         self.log_path = data_dir.parent / f"worker-{self.port}.log"
         self._log = self.log_path.open("wb")

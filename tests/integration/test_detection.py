@@ -210,11 +210,11 @@ def test_a_restarted_worker_still_reports_a_quiet_sessions_deadline(
 def test_sigkill_mid_stream_loses_no_pattern_and_matches_offline(
     settings: Settings, tmp_path: Path
 ) -> None:
-    from streams.worker.topics import ensure_topics
+    from streams.topics import ensure_worker_topics
 
     # big enough that the kill lands mid-stream: one worker applies ~10k events/s
     events = fleet_events(30_000, 60, seed=3, prefix="kill")
-    ensure_topics(settings)  # before producing: the broker could auto-create 1 partition
+    ensure_worker_topics(settings)  # before producing: the broker could auto-create 1 partition
     produce(settings, events)
     worker = WorkerProc(settings, tmp_path / "data")
     try:

@@ -174,9 +174,9 @@ def metric(text: str, name: str, labels: str = "") -> float:
 
 @pytest.mark.timeout(240)
 def test_views_of_one_worker(settings: Settings, tmp_path: Path) -> None:
-    from streams.worker.topics import ensure_topics
+    from streams.topics import ensure_worker_topics
 
-    assert ensure_topics(settings) == settings.events_partitions
+    assert ensure_worker_topics(settings) == settings.events_partitions
     loop_ev = looping("ci-loop-1")
     ok_ev = healthy("ci-ok-1")
     other_ev = healthy("other-1")
@@ -282,9 +282,9 @@ def _assessments_published(events: list[TraceEvent]) -> int:
 
 @pytest.mark.timeout(360)
 def test_two_workers_forward_to_the_partition_owner(settings: Settings, tmp_path: Path) -> None:
-    from streams.worker.topics import ensure_topics
+    from streams.topics import ensure_worker_topics
 
-    assert ensure_topics(settings) == settings.events_partitions == 3
+    assert ensure_worker_topics(settings) == settings.events_partitions == 3
     sids = [f"fw-{i}" for i in range(12)]
     events = [e for s in sids for e in looping(s, n=4)]
     expected = offline(events)

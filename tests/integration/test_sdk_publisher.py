@@ -20,9 +20,9 @@ from streams.errors import (
     UnserializableError,
 )
 from streams.sdk import Publisher
-from streams.sdk.publisher import SESSION_SEGMENT_INDEX_BYTES
 from streams.serde import EventSerde
 from streams.settings import Settings
+from streams.topics import SESSION_SEGMENT_INDEX_BYTES
 
 
 def decode_all(messages: list[Message]) -> list[TraceEvent]:

@@ -244,11 +244,11 @@ def test_an_agent_cannot_touch_another_tenants_sessions(
     topics = secure_kafka.admin().list_topics(timeout=30).topics
     assert f"{acme.prefix}.session.acme.mine" in topics
     # an existing globex topic (made by the admin) is not writable by acme either
-    from streams.topics import TopicSpec, create_topics
+    from streams.topics import ensure_topics, session_topic_spec
 
-    create_topics(
+    ensure_topics(
         secure_kafka.admin(),
-        [TopicSpec(admin.session_topic("globex.real"))],
+        [session_topic_spec(admin, "globex.real")],
         bootstrap=admin.bootstrap,
     )
     with Publisher(acme) as pub:
@@ -264,9 +264,9 @@ def test_an_agent_cannot_touch_another_tenants_sessions(
     assert "`trajectory acl grant agent --user agent-acme --tenant globex`" in message, message
 
     # reading assessments with an agent credential: refused, nothing returned
-    from streams.worker.topics import ensure_topics
+    from streams.topics import ensure_worker_topics
 
-    ensure_topics(tenants["svc"])  # the assessments topics exist (made by the service)
+    ensure_worker_topics(tenants["svc"])  # the assessments topics exist (made by the service)
     with pytest.raises(SecurityError, match="ACLs do not allow user 'agent-acme'"):
         latest_assessment("globex.real", settings=acme, timeout_s=20)
 

@@ -37,7 +37,7 @@ def test_acl_init_script_makes_working_service_and_agent_credentials(
     secure_kafka: SecureKafka, topic_prefix: str, tmp_path: Path
 ) -> None:
     from streams.sdk import Publisher
-    from streams.worker.topics import ensure_topics
+    from streams.topics import ensure_worker_topics
 
     services = yaml.safe_load(COMPOSE.read_text())["services"]
     script = services["acl-init"]["command"][0].replace("$$", "$")
@@ -89,7 +89,7 @@ def test_acl_init_script_makes_working_service_and_agent_credentials(
     svc = SecurityConfig.from_sources(None, environ=router_env)
     verify_connection(secure_kafka.bootstrap, svc, timeout_s=30)
     service = Settings(bootstrap=secure_kafka.bootstrap, prefix=topic_prefix, security=svc)
-    ensure_topics(service)  # the service role creates the deployment's topics
+    ensure_worker_topics(service)  # the service role creates the deployment's topics
 
     # the example agent: its tenant's sessions, nothing else
     agent = SecurityConfig(

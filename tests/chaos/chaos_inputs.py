@@ -246,7 +246,7 @@ def _dlq_value(
     if kind == "session_mismatch":
         return serde.encode(_event(other_session, seq, 1_700_000_000_000, rng))
     if kind == "oversized":
-        over = rng.randrange(1, 513)  # stays under the topic's max.message.bytes (+1024)
+        over = rng.randrange(1, 513)  # stays under the topic's max.message.bytes (+SIZE_MARGIN)
         base = TraceEvent(type="message", session_id=topic_session, seq=seq, timestamp_ms=1)
         probe = len(serde.encode(base))
         # text of length L adds L + varint(L) bytes (3 bytes for ~1 MiB)

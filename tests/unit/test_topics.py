@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from streams.core.errors import ConfigError
+from streams.errors import ConfigError
 from streams.settings import Settings
 from streams.topics import (
     SESSION_SEGMENT_INDEX_BYTES,

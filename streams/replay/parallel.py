@@ -30,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
 import os
 import queue
@@ -210,10 +211,19 @@ class ParallelReplay:
         self._counter = ctx.Value("q", 0)
         self._results = ctx.Queue()
         self._began = time.monotonic()
-        for job in self._jobs:
-            p = ctx.Process(target=_work, args=(job, self._counter, self._results), daemon=True)
-            p.start()
-            self._procs.append(p)
+        forking = self.method == "fork"
+        if forking:
+            # a forked worker's collector would walk (and, touching refcounts, copy)
+            # every object it inherited: freeze them out of its collections
+            gc.freeze()
+        try:
+            for job in self._jobs:
+                p = ctx.Process(target=_work, args=(job, self._counter, self._results), daemon=True)
+                p.start()
+                self._procs.append(p)
+        finally:
+            if forking:
+                gc.unfreeze()
 
     def wait(
         self, on_progress: Callable[[int], None] | None = None

@@ -155,6 +155,7 @@ def run(args: argparse.Namespace) -> int:
             timeout_s=args.timeout,
             check=reader.check,
             compare_state=state is not None,
+            keep_records=args.output == "jsonl",
         )
         # before the progress bar starts its thread: the workers can then be forked
         pool.start()
@@ -167,7 +168,9 @@ def run(args: argparse.Namespace) -> int:
             if bar is not None:
                 bar.finish(result.events)
         else:
-            result = replay_events(counted(reader, bar), config, state=state)
+            result = replay_events(
+                counted(reader, bar), config, state=state, keep_records=args.output == "jsonl"
+            )
     elapsed = time.monotonic() - began
     report_failures(reader, "replay")
     if result.rejected:

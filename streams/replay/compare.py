@@ -269,7 +269,7 @@ def compare_live(
         timeout_s=timeout_s,
     )
     state = StateReplay(config) if compare_state else None
-    result = replay_events(reader, config, state=state)
+    result = replay_events(reader, config, state=state, keep_records=False)
     report = compare_replay(
         prefix,
         result,

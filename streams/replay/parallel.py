@@ -66,6 +66,8 @@ class _Job:
     check: Any = None
     #: also rebuild the worker's tables (``--compare-live``) and return them
     compare_state: bool = False
+    #: build the ``analyze --json`` records (only ``--output jsonl`` needs them)
+    keep_records: bool = True
 
 
 def split_plan(ranges: Sequence[PartitionRange], jobs: int) -> list[list[PartitionRange]]:
@@ -143,7 +145,9 @@ def _work(job: _Job, counter: Any, results: Any) -> None:
                     counter.value += _TICK
 
         state = StateReplay(config) if job.compare_state else None
-        result = replay_events(reader, config, on_event=tick, state=state)
+        result = replay_events(
+            reader, config, on_event=tick, state=state, keep_records=job.keep_records
+        )
         with counter.get_lock():
             counter.value += n % _TICK
         tables = None if state is None else (state.tables(), state.rejected, state.events)
@@ -175,6 +179,7 @@ class ParallelReplay:
         check: Any = None,
         compare_state: bool = False,
         start_method: str | None = None,
+        keep_records: bool = True,
     ) -> None:
         self.shares = split_plan(ranges, jobs)
         sec = security if security is not None else current()
@@ -190,6 +195,7 @@ class ParallelReplay:
                 sec,
                 check,
                 compare_state,
+                keep_records,
             )
             for share in self.shares
         ]

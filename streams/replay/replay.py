@@ -136,6 +136,7 @@ def replay_events(
     *,
     on_event: Any = None,
     state: StateReplay | None = None,
+    keep_records: bool = True,
 ) -> ReplayResult:
     """Run the core over ``events`` (sessions may interleave); see the module doc.
 
@@ -152,6 +153,10 @@ def replay_events(
     dead-letters (refused by ``event_error``, or by the processor's
     ``check_storable`` / engine validation) changes neither the outputs nor the
     tables, exactly as live.
+
+    ``keep_records=False`` leaves every ``SessionReplay.records`` empty (the
+    ``analyze --json`` dicts: only ``--output jsonl`` prints them); patterns,
+    assessments and everything else are unchanged.
     """
     analyzer = OfflineAnalyzer(config if state is None else state.config)
     result = ReplayResult(analyzer if state is None else None)
@@ -181,7 +186,8 @@ def replay_events(
                 on_event()
             continue
         if out.patterns or out.assessment is not None:
-            sr.records.extend(analyzer.records(event, out))
+            if keep_records:
+                sr.records.extend(analyzer.records(event, out))
             for det in out.patterns:
                 sr.patterns.append(pattern_wire(det, policy.pattern_severity(det.pattern), event))
             if out.assessment is not None and out.assessment.assessments:

@@ -235,7 +235,7 @@ class ParallelReplay:
         self, on_progress: Callable[[int], None] | None = None
     ) -> tuple[ReplayResult, ReadStats, StateReplay | None]:
         """Merged result, read stats and (with ``compare_state``) the merged tables."""
-        if not self._procs and self._jobs:
+        if self.method is None:
             self.start()
         procs, results, counter = self._procs, self._results, self._counter
         merged = ReplayResult(None)

@@ -213,7 +213,7 @@ class ParallelReplay:
 
     def start(self) -> None:
         self.method = start_method(self._requested)
-        ctx = mp.get_context(self.method)
+        ctx: Any = mp.get_context(self.method)  # fork or spawn: both have Process
         self._counter = ctx.Value("q", 0)
         self._results = ctx.Queue()
         self._began = time.monotonic()

@@ -139,43 +139,38 @@ def run(args: argparse.Namespace) -> int:
         else:
             state = StateReplay(config)
     began = time.monotonic()
-    with progress_bar("replay", reader.total, force=args.progress) as bar:
-        if args.jobs > 1:
-            from streams.replay.parallel import replay_parallel
+    pool = None
+    if args.jobs > 1:
+        from streams.replay.parallel import ParallelReplay
 
-            events_source = args.source == "events"
-            result, reader.stats = replay_parallel(
-                reader.bootstrap,
-                reader.plan(),
-                jobs=args.jobs,
-                strict=args.strict,
-                key_ids=[args.session] if events_source and args.session else None,
-                key_glob=args.sessions if events_source else None,
-                config_path=args.config,
-                timeout_s=args.timeout,
-                on_progress=bar.update if bar is not None else None,
-                check=reader.check,
-            )
+        events_source = args.source == "events"
+        pool = ParallelReplay(
+            reader.bootstrap,
+            reader.plan(),
+            jobs=args.jobs,
+            strict=args.strict,
+            key_ids=[args.session] if events_source and args.session else None,
+            key_glob=args.sessions if events_source else None,
+            config_path=args.config,
+            timeout_s=args.timeout,
+            check=reader.check,
+            compare_state=state is not None,
+            keep_records=args.output == "jsonl",
+        )
+        # before the progress bar starts its thread: the workers can then be forked
+        pool.start()
+    with progress_bar("replay", reader.total, force=args.progress) as bar:
+        if pool is not None:
+            # each worker also builds its sessions' tables (one engine run per event)
+            result, reader.stats, merged = pool.wait(bar.update if bar is not None else None)
+            if state is not None:
+                state = merged
             if bar is not None:
                 bar.finish(result.events)
-            if state is not None:  # the tables need the events here: read the same plan again
-                from streams.replay.reader import TopicReader
-
-                again = TopicReader(
-                    reader.bootstrap,
-                    reader.topics,
-                    reader.decode,
-                    strict=args.strict,
-                    key_filter=reader.key_filter,
-                    timeout_s=args.timeout,
-                    ranges=reader.plan(),
-                    check=reader.check,
-                )
-                for event in again:
-                    state.apply(event)
         else:
-            events = counted(reader, bar)
-            result = replay_events(state.feed(events) if state is not None else events, config)
+            result = replay_events(
+                counted(reader, bar), config, state=state, keep_records=args.output == "jsonl"
+            )
     elapsed = time.monotonic() - began
     report_failures(reader, "replay")
     if result.rejected:
@@ -207,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
                 f", {len(reader.stats.failures)} undecodable or refused"
                 if reader.stats.failures
                 else ""
-            ),
+            )
+            + (f" in {pool.processes} processes ({pool.method})" if pool is not None else ""),
         ),
         file=sys.stderr,
     )

@@ -269,8 +269,7 @@ def compare_live(
         timeout_s=timeout_s,
     )
     state = StateReplay(config) if compare_state else None
-    events = state.feed(reader) if state is not None else reader
-    result = replay_events(events, config)
+    result = replay_events(reader, config, state=state, keep_records=False)
     report = compare_replay(
         prefix,
         result,

@@ -12,21 +12,36 @@ Invariants:
 * each partition is read by exactly one worker; results are merged by session id
   (a session seen by two workers, which cannot happen for well-keyed topics, is
   an error, not silently merged);
-* workers are started with ``spawn`` (no fork of a process holding librdkafka
-  threads); the engine config travels as its file path and is loaded in each
-  worker, so the config object never needs to be picklable.
+* workers are **forked** when this process has exactly one thread (no librdkafka
+  handle is alive then: every handle runs threads of its own, and a fork while
+  another thread holds a lock is what makes forking unsafe), else **spawned**.
+  A fork starts in milliseconds with every module already imported; a spawned
+  interpreter spends ~0.5 s of CPU importing before it reads its first record,
+  which at 50,000 events/s is a quarter of a 100,000-event replay.  The output
+  does not depend on the start method (tested).  The engine config travels as
+  its file path and is loaded in each worker, so the config object never needs
+  to be picklable;
+* with ``compare_state`` each worker also rebuilds the worker's tables for its
+  sessions (:class:`~streams.replay.state.StateReplay`, the same engine run as
+  the outputs) and hands back the flushed tables: the parent merges them (keys
+  are per session, so two workers never write the same key) instead of reading
+  and replaying every event a second time.
 """
 
 from __future__ import annotations
 
+import gc
 import multiprocessing as mp
+import os
 import queue
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from streams.errors import (
+    ConfigError,
     InternalError,
     KafkaIOError,
     ReplayReadError,
@@ -34,6 +49,7 @@ from streams.errors import (
 )
 from streams.replay.reader import DecodeFailure, PartitionRange, ReadStats
 from streams.replay.replay import ReplayResult, SessionReplay
+from streams.replay.state import StateReplay
 from streams.security import SecurityConfig, current
 
 #: How often (events) a worker publishes its progress count.
@@ -54,6 +70,10 @@ class _Job:
     security: SecurityConfig
     #: what live ingest refuses (``streams.replay.reader.IngestCheck``), or None
     check: Any = None
+    #: also rebuild the worker's tables (``--compare-live``) and return them
+    compare_state: bool = False
+    #: build the ``analyze --json`` records (only ``--output jsonl`` needs them)
+    keep_records: bool = True
 
 
 def split_plan(ranges: Sequence[PartitionRange], jobs: int) -> list[list[PartitionRange]]:
@@ -65,6 +85,40 @@ def split_plan(ranges: Sequence[PartitionRange], jobs: int) -> list[list[Partiti
         shares[i].append(r)
         loads[i] += r.size
     return [s for s in shares if s]
+
+
+def single_threaded() -> bool:
+    """True when this process runs exactly one thread (Python's and native ones).
+
+    Linux: counted in ``/proc/self/task``; elsewhere False (then workers are
+    spawned).  A live librdkafka client always runs threads, so True also means
+    no Kafka client is open.
+    """
+    if threading.active_count() != 1:
+        return False
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
+def start_method(requested: str | None = None) -> str:
+    """``fork`` when it is safe (see :func:`single_threaded`), else ``spawn``.
+
+    ``requested`` forces one; ``fork`` is refused while other threads run.
+    """
+    if requested not in (None, "fork", "spawn"):
+        raise ConfigError("start_method", f"{requested!r}: use 'fork', 'spawn' or None")
+    safe = "fork" in mp.get_all_start_methods() and single_threaded()
+    if requested == "fork" and not safe:
+        raise ConfigError(
+            "start_method",
+            "fork refused: this process runs other threads (a Kafka client, a progress "
+            "bar); start the replay workers before them or use 'spawn'",
+        )
+    if requested is not None:
+        return requested
+    return "fork" if safe else "spawn"
 
 
 def _work(job: _Job, counter: Any, results: Any) -> None:
@@ -96,10 +150,14 @@ def _work(job: _Job, counter: Any, results: Any) -> None:
                 with counter.get_lock():
                     counter.value += _TICK
 
-        result = replay_events(reader, config, on_event=tick)
+        state = StateReplay(config) if job.compare_state else None
+        result = replay_events(
+            reader, config, on_event=tick, state=state, keep_records=job.keep_records
+        )
         with counter.get_lock():
             counter.value += n % _TICK
-        results.put(("ok", (result.sessions, result.rejected), reader.stats))
+        tables = None if state is None else (state.tables(), state.rejected, state.events)
+        results.put(("ok", (result.sessions, result.rejected, tables), reader.stats))
     except BaseException as exc:  # reported to the parent, which re-raises
         # the branch of the tree travels too, so the parent raises the same kind
         # (the CLI's exit code depends on it): exceptions are not sent pickled
@@ -111,6 +169,153 @@ def _work(job: _Job, counter: Any, results: Any) -> None:
             else ""
         )
         results.put(("error", (kind, f"{type(exc).__name__}: {exc}"), None))
+
+
+class ParallelReplay:
+    """A replay of a resolved plan in up to ``jobs`` processes.
+
+    :meth:`start` launches the workers, :meth:`wait` merges their results.  They
+    are two steps so a caller starts the workers *before* anything that runs a
+    thread (a progress bar): then they can be forked (see :func:`start_method`).
+    """
+
+    def __init__(
+        self,
+        bootstrap: str,
+        ranges: Sequence[PartitionRange],
+        *,
+        jobs: int,
+        strict: bool = False,
+        key_ids: Sequence[str] | None = None,
+        key_glob: str | None = None,
+        config_path: str | None = None,
+        timeout_s: float = 30.0,
+        security: SecurityConfig | None = None,
+        check: Any = None,
+        compare_state: bool = False,
+        start_method: str | None = None,
+        keep_records: bool = True,
+    ) -> None:
+        self.shares = split_plan(ranges, jobs)
+        sec = security if security is not None else current()
+        self._jobs = [
+            _Job(
+                bootstrap,
+                tuple(share),
+                strict,
+                tuple(key_ids) if key_ids is not None else None,
+                key_glob,
+                config_path,
+                timeout_s,
+                sec,
+                check,
+                compare_state,
+                keep_records,
+            )
+            for share in self.shares
+        ]
+        self.compare_state = compare_state
+        self.config_path = config_path
+        self._requested = start_method
+        #: the start method used (``fork`` or ``spawn``), known after :meth:`start`
+        self.method: str | None = None
+        self._procs: list[Any] = []
+        self._began = 0.0
+
+    @property
+    def processes(self) -> int:
+        return len(self._jobs)
+
+    def start(self) -> None:
+        self.method = start_method(self._requested)
+        ctx: Any = mp.get_context(self.method)  # fork or spawn: both have Process
+        self._counter = ctx.Value("q", 0)
+        self._results = ctx.Queue()
+        self._began = time.monotonic()
+        forking = self.method == "fork"
+        if forking:
+            # a forked worker's collector would walk (and, touching refcounts, copy)
+            # every object it inherited: freeze them out of its collections
+            gc.freeze()
+        try:
+            for job in self._jobs:
+                p = ctx.Process(target=_work, args=(job, self._counter, self._results), daemon=True)
+                p.start()
+                self._procs.append(p)
+        finally:
+            if forking:
+                gc.unfreeze()
+
+    def wait(
+        self, on_progress: Callable[[int], None] | None = None
+    ) -> tuple[ReplayResult, ReadStats, StateReplay | None]:
+        """Merged result, read stats and (with ``compare_state``) the merged tables."""
+        if self.method is None:
+            self.start()
+        procs, results, counter = self._procs, self._results, self._counter
+        merged = ReplayResult(None)
+        stats = ReadStats()
+        state: StateReplay | None = None
+        if self.compare_state:
+            from streams.core.config import EngineConfig, load_config
+
+            config = load_config(self.config_path) if self.config_path else EngineConfig()
+            state = StateReplay(config)
+        errors: list[tuple[str, str]] = []
+        pending = len(procs)
+        try:
+            while pending:
+                try:
+                    status, payload, part_stats = results.get(timeout=0.2)
+                except queue.Empty:
+                    if on_progress is not None:
+                        on_progress(int(counter.value))
+                    dead = [p for p in procs if p.exitcode not in (None, 0)]
+                    if dead and results.empty():
+                        raise InternalError(
+                            f"replay worker exited with code {dead[0].exitcode} before reporting"
+                        ) from None
+                    continue
+                pending -= 1
+                if status != "ok":
+                    errors.append(payload)
+                    continue
+                sessions: dict[str, SessionReplay] = payload[0]
+                merged.rejected.extend(payload[1])
+                for sid, sr in sessions.items():
+                    if sid in merged.sessions:
+                        raise UsageError(
+                            f"session {sid!r} was read by two replay workers (is it keyed by "
+                            "another id on the events topic?)"
+                        )
+                    merged.sessions[sid] = sr
+                if state is not None and payload[2] is not None:
+                    state.absorb(*payload[2])
+                stats.records += part_stats.records
+                stats.decoded += part_stats.decoded
+                stats.bytes += part_stats.bytes
+                stats.failures.extend(part_stats.failures)
+        finally:
+            for p in procs:
+                p.join(timeout=10)
+                if p.is_alive():
+                    p.terminate()
+        if errors:
+            message = "parallel replay failed: " + "; ".join(text for _, text in errors)
+            kinds = {kind for kind, _ in errors}
+            if "io" in kinds:  # Kafka failed in some job: retrying may help
+                raise ReplayReadError(message, retriable=True)
+            if kinds == {"usage"}:
+                raise UsageError(message)
+            raise InternalError(message)
+        stats.failures.sort(key=lambda f: (f.topic, f.partition, f.offset))
+        merged.rejected.sort()
+        if state is not None:
+            state.rejected.sort()
+        stats.elapsed_s = time.monotonic() - self._began
+        if on_progress is not None:
+            on_progress(int(counter.value))
+        return merged, stats, state
 
 
 def replay_parallel(
@@ -126,87 +331,37 @@ def replay_parallel(
     on_progress: Callable[[int], None] | None = None,
     security: SecurityConfig | None = None,
     check: Any = None,
+    start_method: str | None = None,
 ) -> tuple[ReplayResult, ReadStats]:
     """Replay ``ranges`` in up to ``jobs`` processes; merged result and read stats.
 
     ``security``: the workers' credential; None: this process's
     (:func:`streams.security.current`), resolved here and handed to each worker.
+    ``start_method``: see :func:`start_method` (None: fork when safe).
     """
-    sec = security if security is not None else current()
-    shares = split_plan(ranges, jobs)
-    ctx = mp.get_context("spawn")
-    counter = ctx.Value("q", 0)
-    results = ctx.Queue()
-    procs = []
-    began = time.monotonic()
-    for share in shares:
-        job = _Job(
-            bootstrap,
-            tuple(share),
-            strict,
-            tuple(key_ids) if key_ids is not None else None,
-            key_glob,
-            config_path,
-            timeout_s,
-            sec,
-            check,
-        )
-        p = ctx.Process(target=_work, args=(job, counter, results), daemon=True)
-        p.start()
-        procs.append(p)
-    merged = ReplayResult(None)
-    stats = ReadStats()
-    errors: list[tuple[str, str]] = []
-    pending = len(procs)
-    try:
-        while pending:
-            try:
-                status, payload, part_stats = results.get(timeout=0.2)
-            except queue.Empty:
-                if on_progress is not None:
-                    on_progress(int(counter.value))
-                dead = [p for p in procs if p.exitcode not in (None, 0)]
-                if dead and results.empty():
-                    raise InternalError(
-                        f"replay worker exited with code {dead[0].exitcode} before reporting"
-                    ) from None
-                continue
-            pending -= 1
-            if status != "ok":
-                errors.append(payload)
-                continue
-            sessions: dict[str, SessionReplay] = payload[0]
-            merged.rejected.extend(payload[1])
-            for sid, sr in sessions.items():
-                if sid in merged.sessions:
-                    raise UsageError(
-                        f"session {sid!r} was read by two replay workers (is it keyed by "
-                        "another id on the events topic?)"
-                    )
-                merged.sessions[sid] = sr
-            stats.records += part_stats.records
-            stats.decoded += part_stats.decoded
-            stats.bytes += part_stats.bytes
-            stats.failures.extend(part_stats.failures)
-    finally:
-        for p in procs:
-            p.join(timeout=10)
-            if p.is_alive():
-                p.terminate()
-    if errors:
-        message = "parallel replay failed: " + "; ".join(text for _, text in errors)
-        kinds = {kind for kind, _ in errors}
-        if "io" in kinds:  # Kafka failed in some job: retrying may help
-            raise ReplayReadError(message, retriable=True)
-        if kinds == {"usage"}:
-            raise UsageError(message)
-        raise InternalError(message)
-    stats.failures.sort(key=lambda f: (f.topic, f.partition, f.offset))
-    merged.rejected.sort()
-    stats.elapsed_s = time.monotonic() - began
-    if on_progress is not None:
-        on_progress(int(counter.value))
-    return merged, stats
+    run = ParallelReplay(
+        bootstrap,
+        ranges,
+        jobs=jobs,
+        strict=strict,
+        key_ids=key_ids,
+        key_glob=key_glob,
+        config_path=config_path,
+        timeout_s=timeout_s,
+        security=security,
+        check=check,
+        start_method=start_method,
+    )
+    run.start()
+    result, stats, _ = run.wait(on_progress)
+    return result, stats
 
 
-__all__ = ["DecodeFailure", "replay_parallel", "split_plan"]
+__all__ = [
+    "DecodeFailure",
+    "ParallelReplay",
+    "replay_parallel",
+    "single_threaded",
+    "split_plan",
+    "start_method",
+]

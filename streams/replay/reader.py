@@ -186,6 +186,21 @@ def session_topics(
     return found
 
 
+def _router_validate() -> Any:
+    """``streams.router.validate``, imported on first use (an import statement per
+    record costs more than the checks; at module level it would load the router
+    package for every reader, e.g. ``trajectory export``)."""
+    global _VALIDATE
+    if _VALIDATE is None:
+        from streams.router import validate
+
+        _VALIDATE = validate
+    return _VALIDATE
+
+
+_VALIDATE: Any = None
+
+
 @dataclass(frozen=True, slots=True)
 class IngestCheck:
     """What live ingest refuses, applied to a replay so it sees what the worker saw.
@@ -204,14 +219,8 @@ class IngestCheck:
     max_message_bytes: int
 
     def __call__(self, event: object, topic: str, key: bytes | None, size: int) -> str | None:
-        from streams.core.events import TraceEvent
-        from streams.router.validate import (
-            Rejected,
-            check_event,
-            event_error,
-            session_id_of_topic,
-        )
-
+        validate = _router_validate()
+        event_error, session_id_of_topic = validate.event_error, validate.session_id_of_topic
         if not isinstance(event, TraceEvent):
             return None
         if topic == f"{self.prefix}.events":
@@ -229,8 +238,9 @@ class IngestCheck:
         topic_session = session_id_of_topic(self.prefix, topic)
         if topic_session is None:
             return None  # not a per-session topic: nothing the router would check
-        verdict = check_event(event, topic_session, topic)
-        return verdict.reason if isinstance(verdict, Rejected) else None
+        # the router's check_event, whose Rejected.reason is str() of this error
+        refused = event_error(event, topic_session, topic)
+        return str(refused) if refused is not None else None
 
 
 def published_at(

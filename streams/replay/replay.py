@@ -22,16 +22,18 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any, TypeVar
+from typing import IO, TYPE_CHECKING, Any, TypeVar
 
 from streams.core.config import EngineConfig
-from streams.core.engine import EngineOutput
 from streams.core.events import TraceEvent
 from streams.errors import InvalidEventError
 from streams.importers.offline import OfflineAnalyzer
 from streams.router.validate import event_error
 from streams.security import SecurityConfig, client_config
 from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
+
+if TYPE_CHECKING:
+    from streams.replay.state import StateReplay
 
 
 def pattern_wire(det: Any, severity: str | None, event: TraceEvent) -> PatternRecord:
@@ -128,19 +130,13 @@ class ReplayResult:
             yield from s.records
 
 
-class _RecordingAnalyzer(OfflineAnalyzer):
-    """OfflineAnalyzer that also hands back the raw EngineOutput of each event."""
-
-    def feed_out(self, event: TraceEvent) -> tuple[EngineOutput, list[dict[str, Any]]]:
-        out = self.engine(event.session_id).on_event(event)
-        return out, self.records(event, out)
-
-
 def replay_events(
     events: Iterable[TraceEvent],
     config: EngineConfig | None = None,
     *,
     on_event: Any = None,
+    state: StateReplay | None = None,
+    keep_records: bool = True,
 ) -> ReplayResult:
     """Run the core over ``events`` (sessions may interleave); see the module doc.
 
@@ -148,11 +144,25 @@ def replay_events(
     progress bar's hook.  An event the engine rejects (``InvalidEventError``, e.g.
     a ``restore`` of an unknown snapshot) changes nothing and is recorded in
     ``result.rejected``: the worker dead-letters it and carries on, so does this.
+
+    ``state`` (``--compare-live``): a :class:`~streams.replay.state.StateReplay`
+    that rebuilds the worker's tables from the same events.  Its processor runs
+    the one engine per session and the outputs are taken from that run, so the
+    engine runs once per event, not twice.  Invariant: the outputs are the same as
+    without ``state`` for every event the worker would apply; an event the worker
+    dead-letters (refused by ``event_error``, or by the processor's
+    ``check_storable`` / engine validation) changes neither the outputs nor the
+    tables, exactly as live.
+
+    ``keep_records=False`` leaves every ``SessionReplay.records`` empty (the
+    ``analyze --json`` dicts: only ``--output jsonl`` prints them); patterns,
+    assessments and everything else are unchanged.
     """
-    analyzer = _RecordingAnalyzer(config)
-    result = ReplayResult(analyzer)
+    analyzer = OfflineAnalyzer(config if state is None else state.config)
+    result = ReplayResult(analyzer if state is None else None)
     sessions = result.sessions
     policy = analyzer._policy
+    rejected = result.rejected
     for event in events:
         sid = event.session_id
         sr = sessions.get(sid)
@@ -162,19 +172,22 @@ def replay_events(
         refused = event_error(event, sid, "")
         if refused is not None:
             # what the worker dead-letters (the router forwards it since "decode once")
-            result.rejected.append((sid, event.seq, str(refused)))
+            rejected.append((sid, event.seq, str(refused)))
+            if state is not None:
+                state.refuse(event, str(refused))
             if on_event is not None:
                 on_event()
             continue
         try:
-            out, records = analyzer.feed_out(event)
+            out = analyzer.engine(sid).on_event(event) if state is None else state.run(event)
         except InvalidEventError as exc:
-            result.rejected.append((sid, event.seq, str(exc)))
+            rejected.append((sid, event.seq, str(exc)))
             if on_event is not None:
                 on_event()
             continue
-        if records:
-            sr.records.extend(records)
+        if out.patterns or out.assessment is not None:
+            if keep_records:
+                sr.records.extend(analyzer.records(event, out))
             for det in out.patterns:
                 sr.patterns.append(pattern_wire(det, policy.pattern_severity(det.pattern), event))
             if out.assessment is not None and out.assessment.assessments:
@@ -182,8 +195,11 @@ def replay_events(
         if on_event is not None:
             on_event()
     for sid, sr in sessions.items():
-        sr.tool_calls = analyzer.engine(sid).analysis().tool_call_count
-        final = analyzer.final(sid)
+        if state is None:
+            sr.tool_calls = analyzer.engine(sid).analysis().tool_call_count
+            final = analyzer.final(sid)
+        else:
+            sr.tool_calls, final = state.final(sid)
         sr.final_severity = final.severity if final is not None and final.assessments else None
     return result
 

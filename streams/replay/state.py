@@ -36,12 +36,15 @@ Invariants: nothing here imports Kafka at module level except inside
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any, Final
 
+from streams.core.assessment import CurrentAssessment
 from streams.core.config import EngineConfig
+from streams.core.engine import EngineOutput
 from streams.core.events import TraceEvent
 from streams.core.statecodec import decode_state, encode_state, to_canonical
 from streams.errors import InvalidEventError, StateDecodeError
@@ -113,17 +116,62 @@ class StateReplay:
         self.events = 0
 
     def apply(self, event: TraceEvent) -> None:
+        """Apply ``event``; one the engine rejects is recorded in ``rejected``."""
+        # the worker's DLQ path: nothing changed, and run() recorded it in ``rejected``
+        with contextlib.suppress(InvalidEventError):
+            self.run(event)
+
+    def run(self, event: TraceEvent) -> EngineOutput:
+        """Apply ``event`` and return what the engine produced for it.
+
+        :func:`streams.replay.replay.replay_events` takes its outputs from here, so
+        a ``--compare-live`` replay runs the engine once per event.  Raises
+        :class:`InvalidEventError` (after recording it in ``rejected``) when the
+        worker would dead-letter the event; nothing changed then.
+        """
         self.events += 1
         try:
-            self.processor.apply(event)
-        except InvalidEventError as exc:  # the worker's DLQ path: nothing changed
+            out = self.processor.apply(event).engine
+        except InvalidEventError as exc:
             self.rejected.append((event.session_id, event.seq, str(exc)))
+            raise
+        assert out is not None  # the processor has an engines table
+        return out
+
+    def refuse(self, event: TraceEvent, reason: str) -> None:
+        """Count an event refused before the processor (``event_error``): the worker
+        dead-letters it, so it changes no table."""
+        self.events += 1
+        self.rejected.append((event.session_id, event.seq, reason))
+
+    def final(self, session_id: str) -> tuple[int, CurrentAssessment | None]:
+        """Tool calls seen and latest assessment of a session's engine (end of replay)."""
+        state = self.processor.engine_state(session_id)
+        return state.analysis.tool_call_count, state.current
 
     def feed(self, events: Iterable[TraceEvent]) -> Iterator[TraceEvent]:
         """Pass ``events`` through, applying each first (one read for replay and state)."""
         for event in events:
             self.apply(event)
             yield event
+
+    def absorb(self, tables: Tables, rejected: list[tuple[str, int, str]], events: int) -> None:
+        """Merge what another :class:`StateReplay` built (a ``--jobs`` worker's share).
+
+        Table keys belong to one session each and a session is replayed by one
+        worker, so a key present on both sides is an error, never overwritten.
+        """
+        for table, values in tables.items():
+            mine = self._tables[table]
+            for key, value in values.items():
+                if key in mine:
+                    raise ValueError(
+                        f"table {table}: key {key!r} built by two replay workers (a session "
+                        "read by two of them?)"
+                    )
+                mine[key] = value
+        self.rejected.extend(rejected)
+        self.events += events
 
     def tables(self) -> Tables:
         """Flush and return the tables (table -> key -> encoded value)."""

@@ -16,6 +16,10 @@ confluent-kafka producer, then measures three passes over the same topics with
 * the same with :func:`streams.replay.parallel.replay_parallel` in 2 and
   ``--jobs`` processes (``trajectory replay --jobs N``), process start-up included.
 
+Each line also prints CPU seconds per event (this process plus its reaped
+children): on the shared machine wall-clock rates move with the load average
+(printed first), CPU time per event much less.
+
 With ``--profile`` the last pass runs under cProfile and the top functions by
 cumulative and own time are printed.  The topics are deleted at the end.
 Not a test (pytest does not collect ``bench_*.py``); no assertion, it prints figures.
@@ -167,6 +171,15 @@ def delete_topics(bootstrap: str, topics: list[str]) -> None:
         fut.result(60)
 
 
+def _cpu_with_children() -> float:
+    """CPU seconds of this process plus its reaped children (user + system)."""
+    import resource
+
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--events", type=int, default=100_000)
@@ -205,34 +218,43 @@ def main() -> None:
             return result.events, result
 
         rows = []
+        print(f"load average {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs)")
         for name, fn in (
             ("fetch", fetch_only),
             ("fetch+decode", fetch_decode),
             ("fetch+decode+core", fetch_decode_core),
         ):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             n, extra = fn()
-            dt = time.perf_counter() - t
-            rows.append((name, n, dt))
-            print(f"{name:<20} {n:>8} events  {dt:6.2f} s  {n / dt:>10,.0f} events/s")
+            dt, cpu = time.perf_counter() - t, time.process_time() - c
+            rows.append((name, n, cpu))
+            print(
+                f"{name:<20} {n:>8} events  {dt:6.2f} s  {n / dt:>10,.0f} events/s  "
+                f"cpu {cpu / n * 1e6:5.1f} us/event"
+            )
             if name == "fetch+decode+core":
                 det = sum(len(s.patterns) for s in extra.sessions.values())
                 ass = sum(len(s.assessments) for s in extra.sessions.values())
                 print(f"{'':<20} {det} pattern detections, {ass} assessments")
-        from streams.replay.parallel import replay_parallel
+        from streams.replay.parallel import replay_parallel, start_method
 
         plan = TopicReader(args.bootstrap, topics, lambda b: b).plan()
         for jobs in sorted({2, args.jobs}):
-            t = time.perf_counter()
+            method = start_method()  # what trajectory replay --jobs picks here
+            t, c = time.perf_counter(), _cpu_with_children()
             merged, _ = replay_parallel(args.bootstrap, plan, jobs=jobs)
-            dt = time.perf_counter() - t
+            dt, cpu = time.perf_counter() - t, _cpu_with_children() - c
             name = f"... {jobs} processes"
             print(
                 f"{name:<20} {merged.events:>8} events  {dt:6.2f} s  "
-                f"{merged.events / dt:>10,.0f} events/s  (incl. process start-up)"
+                f"{merged.events / dt:>10,.0f} events/s  cpu {cpu / merged.events * 1e6:5.1f} "
+                f"us/event  ({method}, incl. process start-up)"
             )
         f, d, c = (r[2] for r in rows)
-        print(f"share of time: fetch {f / c:.0%}, decode {(d - f) / c:.0%}, core {(c - d) / c:.0%}")
+        print(
+            f"share of cpu time: fetch {f / c:.0%}, decode {(d - f) / c:.0%}, "
+            f"core {(c - d) / c:.0%}"
+        )
         if args.profile:
             prof = cProfile.Profile()
             prof.enable()

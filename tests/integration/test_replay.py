@@ -3,6 +3,7 @@ unique prefix, read back with bounds, through the core, into files and other pre
 
 from __future__ import annotations
 
+import io
 import json
 import time
 from pathlib import Path
@@ -327,3 +328,54 @@ def test_parallel_replay_gives_the_same_bytes(
     assert f"{settings.session_topic('s-b')}[0]@" in capsys.readouterr().err
     assert cli(*base, "--jobs", "2", "--strict", "--out", str(two)) == 2
     assert "--strict" in capsys.readouterr().err
+
+
+def test_jobs_1_and_2_give_the_same_bytes_forked_or_spawned(
+    settings: Settings, published: list[TraceEvent], tmp_path: Path
+) -> None:
+    """``trajectory replay --jobs 2`` as a command (a single-threaded process: its
+    workers are forked) writes the bytes ``--jobs 1`` writes, JSONL and Avro;
+    spawned workers give the same result too (``--compare-live`` with ``--jobs 2``:
+    test_replay_live.py)."""
+    import subprocess
+    import sys
+
+    from streams.replay.parallel import replay_parallel
+    from streams.replay.replay import write_jsonl
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "streams",
+                "replay",
+                "--sessions",
+                "*",
+                *common(settings),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    outs: dict[str, dict[str, bytes]] = {}
+    for jobs in ("1", "2"):
+        outs[jobs] = {}
+        for fmt in ("jsonl", "avro"):
+            path = tmp_path / f"{jobs}.{fmt}"
+            done = run("--jobs", jobs, "--output", fmt, "--out", str(path))
+            assert done.returncode == 0, done.stderr
+            outs[jobs][fmt] = path.read_bytes()
+            if jobs == "2":
+                assert "in 2 processes (fork)" in done.stderr, done.stderr
+    assert outs["1"]["jsonl"] == outs["2"]["jsonl"] and outs["1"]["jsonl"]
+    # an Avro container's sync marker is random: the records must be identical
+    avro = {j: list(fastavro.reader(io.BytesIO(outs[j]["avro"]))) for j in ("1", "2")}
+    assert avro["1"] == avro["2"] and avro["1"]
+    reader = open_event_reader(settings.bootstrap, settings.prefix, sessions="*")
+    spawned, _ = replay_parallel(settings.bootstrap, reader.plan(), jobs=2, start_method="spawn")
+    text = io.StringIO()
+    write_jsonl(spawned, text)
+    assert text.getvalue().encode("utf-8") == outs["1"]["jsonl"]

@@ -78,7 +78,7 @@ def test_live_outputs_equal_replay(settings: Settings, tmp_path: Path, capsys) -
             == 0
         )
         assert "identical" in capsys.readouterr().out
-        # --jobs 2: outputs replayed in two processes, the tables from a second read here
+        # --jobs 2: outputs and tables replayed in two processes (one engine run each)
         assert (
             main(["replay", "--sessions", "live-*", "--jobs", "2", *common, "--compare-live"]) == 0
         )
@@ -133,6 +133,12 @@ def test_live_outputs_equal_replay(settings: Settings, tmp_path: Path, capsys) -
         assert verdict["ok"] is False and verdict["output_differences"] == 0
         assert {d["session_id"] for d in verdict["differences"]["state"]} == {"live-b"}
         assert {d["table"] for d in verdict["differences"]["state"]} == {"sessions", "engines"}
+        # the tables the --jobs workers build and the parent merges see it too
+        code = main(["replay", "--sessions", "live-*", "--jobs", "2", *common, "--compare-live"])
+        out = capsys.readouterr().out
+        assert code == 1, out
+        assert f"live-b sessions.last_seq: live 4, replay {last['live-b']}" in out
+        assert "output_differences=0 " in out and "verdict=differences" in out
     finally:
         worker.stop()
         router.stop()

@@ -5,12 +5,14 @@ from __future__ import annotations
 import dataclasses
 import re
 
+import pytest
 from replay_sessions import T0, failing_session
 
+from streams.core.engine import SessionEngine
 from streams.core.events import Budget, TraceEvent
 from streams.core.statecodec import decode_state, encode_state
 from streams.replay.compare import CompareReport
-from streams.replay.replay import diff_live, replay_events
+from streams.replay.replay import ReplayResult, diff_live, replay_events
 from streams.replay.state import StateReplay, Tables, diff_tables, replay_state
 from streams.serde import AssessmentWire
 from streams.worker.processor import EventProcessor
@@ -135,6 +137,76 @@ def test_state_replay_feed_passes_events_through_once() -> None:
     result = replay_events(state.feed(iter(evs)))
     assert result.events == state.events == len(evs)
     assert state.tables() == replay_state(evs)
+
+
+def _outputs(result: ReplayResult) -> list[object]:
+    return [
+        (
+            s.session_id,
+            s.events,
+            s.records,
+            s.patterns,
+            s.assessments,
+            s.tool_calls,
+            s.final_severity,
+        )
+        for s in result.ordered()
+    ] + [result.rejected]
+
+
+def test_compare_state_runs_the_engine_once_per_event(monkeypatch) -> None:
+    """``--compare-live`` takes its outputs from the tables' engine run: same outputs
+    and tables as two separate runs, with one ``on_event`` per event (it was two)."""
+    evs = fleet()
+    # a duplicate and an event the engine rejects: both handled the same either way
+    bad = TraceEvent("restore", "s1", 99, T0 + 9000, metadata={"snapshot_id": "nope"})
+    evs = [*evs, evs[4], bad]
+    alone = replay_events(evs)
+    calls = 0
+    real = SessionEngine.on_event
+
+    def counted(self: SessionEngine, ev: TraceEvent) -> object:
+        nonlocal calls
+        calls += 1
+        return real(self, ev)
+
+    monkeypatch.setattr(SessionEngine, "on_event", counted)
+    state = StateReplay()
+    shared = replay_events(evs, state=state)
+    assert calls == len(evs)
+    assert _outputs(shared) == _outputs(alone)
+    assert shared.sessions["s2"].patterns and shared.sessions["s2"].assessments
+    assert state.tables() == replay_state(evs)
+    assert state.events == len(evs) and [q for _, q, _ in state.rejected] == [99]
+
+
+def test_an_event_live_ingest_refuses_changes_no_table() -> None:
+    """``event_error`` refuses it (the worker dead-letters it before the processor):
+    no output and no table value, whether or not the state is rebuilt."""
+    evs = fleet()
+    refused = dataclasses.replace(evs[5], seq=-3)
+    state = StateReplay()
+    result = replay_events([*evs, refused], state=state)
+    assert _outputs(result) == _outputs(replay_events([*evs, refused]))
+    assert [(s, q) for s, q, _ in result.rejected] == [(refused.session_id, -3)]
+    assert state.tables() == replay_state(evs)
+
+
+def test_absorbed_tables_of_two_shares_equal_one_replay() -> None:
+    """What ``--jobs N`` does with the workers' tables: disjoint sessions merge into
+    the tables of one replay; a key built twice is an error."""
+    evs = fleet()
+    whole = StateReplay()
+    replay_events(evs, state=whole)
+    parts = [StateReplay(), StateReplay()]
+    replay_events([e for e in evs if e.session_id == "s1"], state=parts[0])
+    replay_events([e for e in evs if e.session_id != "s1"], state=parts[1])
+    merged = StateReplay()
+    for part in parts:
+        merged.absorb(part.tables(), part.rejected, part.events)
+    assert merged.tables() == whole.tables() and merged.events == len(evs)
+    with pytest.raises(ValueError, match="built by two replay workers"):
+        merged.absorb(parts[0].tables(), [], 0)
 
 
 # ------------------------------------------------------------------ allowed repeats

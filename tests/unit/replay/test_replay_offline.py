@@ -66,6 +66,22 @@ def test_replay_jsonl_equals_analyze_records() -> None:
     assert {json.loads(x)["kind"] for x in lines} == {"pattern", "assessment"}
 
 
+def test_without_records_the_wire_values_are_the_same() -> None:
+    """``keep_records=False`` (every output but JSONL) drops only the records."""
+    evs = failing_session("s2", T0) + failing_session("s1", T0 + 50)
+    full, lean = replay_events(evs), replay_events(evs, keep_records=False)
+    assert list(lean.records()) == [] and list(full.records())
+    for a, b in zip(full.ordered(), lean.ordered(), strict=True):
+        assert (a.patterns, a.assessments, a.events, a.tool_calls, a.final_severity) == (
+            b.patterns,
+            b.assessments,
+            b.events,
+            b.tool_calls,
+            b.final_severity,
+        )
+        assert a.patterns and a.assessments
+
+
 def test_avro_output_reads_back(tmp_path) -> None:
     result = replay_events(failing_session("s1", T0))
     path = tmp_path / "out.avro"

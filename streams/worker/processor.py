@@ -45,7 +45,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
 
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
 from streams.core.events import TraceEvent
@@ -343,7 +343,7 @@ class EventProcessor:
         changed if the event is invalid, including one whose content cannot be
         stored (see :func:`check_storable`): the caller dead-letters it.
         """
-        check_storable(event)
+        event_json = check_storable(event)
         sid = event.session_id
         engine_out: EngineOutput | None = None
         if self.engines is not None:
@@ -369,7 +369,7 @@ class EventProcessor:
             SessionCounters.decode,
             lambda: SessionCounters(session_id=sid),
         )
-        new_session = session.apply(event)
+        new_session = session.apply(event, event_json)
         if new_session is not None and engine_out is not None and engine_out.patterns:
             new_session = new_session.with_patterns(
                 tuple(str(d.pattern.pattern_type) for d in engine_out.patterns)
@@ -652,8 +652,11 @@ class EventProcessor:
         return tables
 
 
-def check_storable(event: TraceEvent) -> None:
+def check_storable(event: TraceEvent) -> dict[str, Any]:
     """Raise ``InvalidEventError`` if ``event`` cannot be part of a table value.
+
+    Returns ``event_to_json(event)``, the form the session counters keep (their
+    ``recent`` window), so the event is turned into JSON once per apply.
 
     Every table value is strict JSON (``streams.worker.state.canonical_bytes``) or
     the state codec, which both refuse NaN/Infinity, lone surrogates and
@@ -664,13 +667,15 @@ def check_storable(event: TraceEvent) -> None:
     **whatever the processor applied can be flushed**.  ~5 us per event.
     """
     try:
-        canonical_bytes(event_to_json(event))
+        as_json = event_to_json(event)
+        canonical_bytes(as_json)
     except (ValueError, TypeError, RecursionError) as exc:
         raise InvalidEventError(
             "input/output/metadata",
             f"cannot be stored as strict JSON: {exc} (send finite numbers, no NaN/Infinity, "
             "valid Unicode text and nesting the decoder accepts)",
         ) from exc
+    return as_json
 
 
 def write_all(writes: Iterable[TableWrite], tables: dict[TableName, BytesTable]) -> None:

@@ -99,32 +99,46 @@ class SessionCounters:
     #: How often the core engine reported each pattern type as fired (not detected here).
     patterns_fired: dict[str, int] = field(default_factory=dict)
 
-    def apply(self, event: TraceEvent) -> SessionCounters | None:
-        """The value after ``event``, or ``None`` when ``event.seq`` was already applied."""
-        if event.seq <= self.last_seq:
+    def apply(
+        self, event: TraceEvent, event_json: dict[str, Any] | None = None
+    ) -> SessionCounters | None:
+        """The value after ``event``, or ``None`` when ``event.seq`` was already applied.
+
+        ``event_json``: ``event_to_json(event)`` if the caller made it already (the
+        worker does, to check the event is storable); it becomes the newest
+        ``recent`` entry, so it must not be changed afterwards.
+        """
+        last_seq = self.last_seq
+        seq = event.seq
+        if seq <= last_seq:
             return None
-        is_error = (event.type == "tool_result" and event.is_error) or event.type == "error"
-        recent = (*self.recent, event_to_json(event))[-RECENT_LIMIT:]
+        etype = event.type
+        ts = event.timestamp_ms
+        is_error = (etype == "tool_result" and event.is_error) or etype == "error"
+        recent = (
+            *self.recent,
+            event_to_json(event) if event_json is None else event_json,
+        )[-RECENT_LIMIT:]
         first = self.first_event_ms
-        return replace(
-            self,
+        last = self.last_event_ms
+        # the constructor, not dataclasses.replace (which looks the fields up on
+        # every call): this runs once per event
+        return SessionCounters(
+            session_id=self.session_id,
             events=self.events + 1,
-            tool_calls=self.tool_calls + (event.type == "tool_call"),
-            tool_results=self.tool_results + (event.type == "tool_result"),
+            tool_calls=self.tool_calls + (etype == "tool_call"),
+            tool_results=self.tool_results + (etype == "tool_result"),
             errors=self.errors + is_error,
-            model_steps=self.model_steps + (event.type == "model_step"),
+            model_steps=self.model_steps + (etype == "model_step"),
             input_tokens=self.input_tokens + (event.input_tokens or 0),
             output_tokens=self.output_tokens + (event.output_tokens or 0),
-            last_seq=event.seq,
-            seq_gaps=self.seq_gaps + (event.seq > self.last_seq + 1),
-            first_event_ms=event.timestamp_ms if first is None else min(first, event.timestamp_ms),
-            last_event_ms=(
-                event.timestamp_ms
-                if self.last_event_ms is None
-                else max(self.last_event_ms, event.timestamp_ms)
-            ),
-            ended=self.ended or event.type == "session_end",
+            last_seq=seq,
+            seq_gaps=self.seq_gaps + (seq > last_seq + 1),
+            first_event_ms=ts if first is None else min(first, ts),
+            last_event_ms=ts if last is None else max(last, ts),
+            ended=self.ended or etype == "session_end",
             recent=recent,
+            patterns_fired=self.patterns_fired,
         )
 
     def with_patterns(self, pattern_types: tuple[str, ...]) -> SessionCounters:

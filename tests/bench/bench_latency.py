@@ -66,7 +66,14 @@ from streams.sim.driver import apply_action  # noqa: E402
 from streams.sim.scenarios import session_script  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "bench"))
-from procs import broker_pid, cpu_seconds, spawn, stop, worker_args  # noqa: E402
+from procs import (  # noqa: E402
+    broker_pid,
+    cpu_seconds,
+    spawn,
+    stop,
+    thread_cpu_seconds,
+    worker_args,
+)
 
 KINDS = ("looping", "stalled", "budget_burner")
 
@@ -224,6 +231,8 @@ class StageProbe:
         self.routed: dict[tuple[str, int], int] = {}
         self.assessed: dict[tuple[str, int], int] = {}
         self._stop = threading.Event()
+        #: native id of the probe's thread (its CPU is not part of any stage)
+        self.tid: int | None = None
         self._consumer = Consumer(
             {
                 "bootstrap.servers": settings.bootstrap,
@@ -242,6 +251,7 @@ class StageProbe:
         self._thread.start()
 
     def _run(self) -> None:
+        self.tid = threading.get_native_id()
         while not self._stop.is_set():
             first = self._consumer.poll(0.1)  # consume(n, t) would wait t for n messages
             if first is None:
@@ -286,20 +296,24 @@ class StageProbe:
 def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float) -> None:
     """CPU microseconds per event for each stage of one phase (issue #12).
 
-    ``bench`` is this process: the SDK publisher AND the assessment subscriber (one
-    process; the subscriber's share is small: one assessment per few events).  The
-    pipeline total (broker + router + worker) is what a fleet pays per event on the
-    server side; ``core alone`` is the detector engine over the same number of
-    simulator events in memory (``core_alone_us``), the floor the worker cannot go
-    below.  Cores at 1,000 events/s = us/event / 1,000.
+    ``sdk`` is this process minus the Python threads of the assessment subscriber
+    (``subscriber``) and of the stage probe (``probe``, a measuring instrument, not
+    a stage: it decodes every routed event; left out of the total).  The
+    librdkafka threads of all three clients stay in ``sdk`` (they cannot be told
+    apart), so the SDK figure is an upper bound.  The pipeline (broker + router +
+    worker) is what a fleet pays per event on the server side; ``core alone`` is
+    the detector engine over the same number of simulator events in memory
+    (``core_alone_us``), the floor the worker cannot go below.  Cores busy at
+    1,000 events/s = us/event / 1,000.
     """
     if events <= 0:
         return
     names = {
-        "bench": "SDK publish (+ subscriber)",
+        "sdk": "SDK publish",
         "broker": "broker",
         "router": "router",
         "worker": "worker",
+        "subscriber": "subscriber (delivery)",
     }
     print("  CPU per event (us), this phase:")
     total = 0.0
@@ -314,6 +328,9 @@ def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float) -> None
     print(f"    {'broker + router + worker':<28} {pipeline:8.1f}")
     print(f"    {'end to end (all above)':<28} {total:8.1f}")
     print(f"    {'core alone (in memory)':<28} {core_alone_us():8.1f}")
+    if "probe" in proc_cpu:
+        probe_us = 1e6 * proc_cpu["probe"] / events
+        print(f"    {'(stage probe, not counted)':<28} {probe_us:8.1f}")
     print(f"    p99 SDK publish -> assessment delivered: {p99:.0f} ms", flush=True)
 
 
@@ -420,13 +437,16 @@ def main() -> int:
         )
         procs.append(worker)
         sids = [f"lat-{i}-{KINDS[i % len(KINDS)]}" for i in range(args.sessions)]
+        # The worker first: it creates <prefix>.events and waits for its partitions
+        # in the metadata; behind 1,000 session topics being created that took over
+        # its 15 s limit on a busy machine.
+        if wait_applied(base, 0, 120, worker) == float("inf"):
+            raise SystemExit(f"worker did not answer on {base}; see {work}/worker.log")
         with Publisher(settings) as publisher:
             t0 = time.monotonic()
             publisher.ensure_session_topics(sids)
             setup_s = time.monotonic() - t0
             print(f"setup: created {len(sids)} session topics in {setup_s:.1f}s", flush=True)
-            if wait_applied(base, 0, 120, worker) == float("inf"):
-                raise SystemExit(f"worker did not answer on {base}; see {work}/worker.log")
             rng = random.Random(args.seed)
             agents: list[Agent] | None = None
             results = []
@@ -498,6 +518,13 @@ def main() -> int:
                         if bpid is not None:
                             pids["broker"] = bpid
                         proc_cpu_before = {k: cpu_seconds(v) for k, v in pids.items()}
+                        tids = {
+                            "subscriber": sub_thread.native_id,
+                            "probe": probe.tid if probe is not None else None,
+                        }
+                        thread_cpu_before = {
+                            k: thread_cpu_seconds(t) for k, t in tids.items() if t is not None
+                        }
                         n, secs = run_phase(agents, rate, args.duration, rng)
                         published += n
                         t_flush = time.monotonic()
@@ -529,7 +556,13 @@ def main() -> int:
                         cpu = os.times()
                         bench_cpu = (cpu.user - cpu_before.user) + (cpu.system - cpu_before.system)
                         proc_cpu = {k: cpu_seconds(pids[k]) - v for k, v in proc_cpu_before.items()}
-                        proc_cpu["bench"] = bench_cpu
+                        threads = {
+                            k: thread_cpu_seconds(t) - thread_cpu_before[k]
+                            for k, t in tids.items()
+                            if t is not None and k in thread_cpu_before
+                        }
+                        proc_cpu.update(threads)
+                        proc_cpu["sdk"] = bench_cpu - sum(threads.values())
                         wall = time.monotonic() - t_flush + secs
                         with received.lock:
                             phase_rows = [x for x in received.rows if x[1] >= start_ms]

@@ -68,6 +68,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(tid: int) -> float:
+    """User + system CPU seconds of thread ``tid`` of this process (0 if unreadable).
+
+    ``threading.get_native_id()`` / ``Thread.native_id`` give the id: a bench that
+    runs a measuring consumer in a thread of its own process subtracts its share.
+    """
+    try:
+        stat = Path(f"/proc/self/task/{tid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def broker_pid(port: int) -> int | None:
     """The pid of the Kafka broker JVM listening on ``port`` (for its CPU figure), if found."""
     for proc in Path("/proc").glob("[0-9]*"):

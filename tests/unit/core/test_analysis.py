@@ -284,3 +284,26 @@ def test_state_stays_bounded_on_endless_novel_input() -> None:
     assert len(state.fired) <= MAX_FIRED_KEYS
     assert len(state.suggestions) <= 64
     assert size_b < 1.05 * size_a, (size_a, size_b)
+
+
+def test_factory_check_agrees_with_the_protocol_isinstance() -> None:
+    """``_is_factory`` replaces ``isinstance(spec, DetectorFactory)`` on the per-session
+    build path (speed): it must say the same for factories, plain detectors, a spec
+    whose ``build`` is blocked with None, and things that are neither."""
+    from streams.core.analysis import _is_factory
+    from streams.core.detectors import DEFAULT_DETECTORS
+    from streams.core.patterns import DetectorFactory
+
+    class Blocked:
+        name = "blocked"
+        build = None
+
+    class NoName:
+        def build(self, analysis_config: Any, snapshot: Any = None) -> Any:
+            return None
+
+    specs: list[Any] = [*DEFAULT_DETECTORS, DoomLoopDetector(), Blocked(), NoName(), object()]
+    specs += [TrajectoryAnalysisConfig().detectors[0]]
+    for spec in specs:
+        assert _is_factory(spec) is isinstance(spec, DetectorFactory), spec
+    assert any(_is_factory(s) for s in specs) and not all(_is_factory(s) for s in specs)

@@ -54,6 +54,29 @@ def test_recent_window_is_bounded() -> None:
     assert c.recent[0]["seq"] == 7 and c.recent[-1]["seq"] == RECENT_LIMIT + 6
 
 
+def test_counters_reuse_the_checked_json_and_equal_a_fresh_apply() -> None:
+    """The processor hands ``check_storable``'s JSON to ``SessionCounters.apply`` (one
+    ``event_to_json`` per event): the value, and its bytes, are what apply makes alone."""
+    from streams.core.jsonl import event_to_json
+    from streams.worker.processor import check_storable
+
+    c = SessionCounters("s1", patterns_fired={"doom_loop": 2})
+    for i, e in enumerate(
+        [
+            ev(0, "tool_call", call_id="a", tool_name="read", input={"p": "x"}),
+            ev(1, "tool_result", call_id="a", is_error=True, error_message="boom"),
+            ev(3, "error", error_message="bad", metadata={"k": "v"}),
+            ev(4, "session_end", ts=T0 - 5),
+        ]
+    ):
+        checked = check_storable(e)
+        assert checked == event_to_json(e)
+        alone, reused = c.apply(e), c.apply(e, checked)
+        assert alone is not None and reused == alone and reused.encode() == alone.encode(), i
+        c = reused
+    assert c.ended and c.first_event_ms == T0 - 5 and c.patterns_fired == {"doom_loop": 2}
+
+
 def test_encode_is_canonical_and_round_trips() -> None:
     c = SessionCounters("s1").apply(ev(0, "tool_call", input={"b": 1, "a": [1, 2]}))
     assert c is not None

@@ -1,0 +1,226 @@
+"""The worker's per-event path in one process, no broker: CPU microseconds per stage.
+
+A script, not a test (prints figures, asserts nothing).  ``bench_worker.py``
+measures the real worker on a broker, but on a shared machine its events/s moves
+with the load; this runs the same code (``EventBatchHandler`` over
+``EventProcessor`` with dict tables and an ``OutputEncoder``) on the same
+simulator workload (``streams.sim``: looping, stalled, budget-burning and healthy
+sessions, S open at a time), so a change to the hot path shows as CPU us/event:
+
+* ``handler``: ``EventBatchHandler.handle`` on fetched-size batches (decode, the
+  router's event checks, ``check_storable``, the engine, table values, output
+  encoding, metrics), with a send that only collects the records;
+* ``flush``: what a commit does with the write-behind state every
+  ``--commit-every`` events (take the dirty values, snapshot the engines, encode
+  them; writes into dicts);
+* then each stage alone over the same events, so the handler total is
+  attributed: decode, event checks, ``check_storable``, engine alone
+  (``SessionEngine.on_event``, all default detectors), output encoding.
+
+What it leaves out (see bench_worker.py and bench_latency.py): aiokafka's fetch,
+the producer's send of outputs and changelogs, RocksDB writes and the commit.
+
+Example::
+
+    python tests/bench/bench_worker_path.py --events 50000 --sessions 1000 [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import pstats
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))
+
+from streams.core.config import EngineConfig  # noqa: E402
+from streams.core.engine import SessionEngine  # noqa: E402
+from streams.core.events import TraceEvent  # noqa: E402
+from streams.router.validate import event_error  # noqa: E402
+from streams.serde import EventSerde  # noqa: E402
+from streams.settings import Settings  # noqa: E402
+from streams.sim.events import fleet_events  # noqa: E402
+from streams.worker.batch import EventBatchHandler  # noqa: E402
+from streams.worker.metrics import WorkerMetrics  # noqa: E402
+from streams.worker.outputs import OutputEncoder  # noqa: E402
+from streams.worker.processor import EventProcessor, check_storable  # noqa: E402
+
+PARTITIONS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Rec:
+    """A fetched record as the handler reads it (aiokafka's ConsumerRecord has these)."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes], ...] = ()
+
+
+def records(events: list[TraceEvent], topic: str) -> list[Rec]:
+    serde = EventSerde()
+    out = []
+    for i, ev in enumerate(events):
+        key = ev.session_id.encode()
+        out.append(Rec(topic, hash(ev.session_id) % PARTITIONS, i, key, serde.encode(ev)))
+    return out
+
+
+def batches(recs: list[Rec], size: int) -> list[list[Rec]]:
+    """Per-partition batches of about ``size`` records, in arrival order (as a fetch gives)."""
+    out: list[list[Rec]] = []
+    for start in range(0, len(recs), size * PARTITIONS):
+        chunk = recs[start : start + size * PARTITIONS]
+        for p in range(PARTITIONS):
+            b = [r for r in chunk if r.partition == p]
+            if b:
+                out.append(b)
+    return out
+
+
+def cpu_us(fn: Callable[[], Any], n: int) -> float:
+    gc.collect()
+    t0 = time.process_time()
+    fn()
+    return 1e6 * (time.process_time() - t0) / n
+
+
+def run_handler(recs: list[Rec], batch: int, commit_every: int) -> tuple[float, float, int]:
+    """(handler us/event, flush us/event, outputs) over ``recs``."""
+    settings = Settings()
+    tables: dict[str, dict[bytes, bytes]] = {k: {} for k in ("s", "b", "m", "e")}
+    cfg = EngineConfig()
+    processor = EventProcessor(tables["s"], tables["b"], tables["m"], tables["e"], cfg)
+    sent: list[Any] = []
+
+    async def send(topic: str, key: bytes | None, value: bytes, headers: Any) -> None:
+        sent.append((topic, key, value, headers))
+
+    handler = EventBatchHandler(
+        topic=settings.events_topic,
+        processor=processor,
+        decoder=EventSerde().decode,
+        send=send,
+        output_topics={
+            "patterns": settings.patterns_topic,
+            "assessments": settings.assessments_topic,
+            "assessment_history": settings.assessment_history_topic,
+            "snapshots": settings.snapshots_topic,
+        },
+        dlq_topic=settings.dlq_topic,
+        encoder=OutputEncoder(settings, cfg),
+        metrics=WorkerMetrics(),
+    )
+    loop = asyncio.new_event_loop()
+    handle_s = flush_s = 0.0
+    since = 0
+    gc.collect()
+    for b in batches(recs, batch):
+        t0 = time.process_time()
+        loop.run_until_complete(handler.handle(b))
+        handle_s += time.process_time() - t0
+        since += len(b)
+        if since >= commit_every:
+            since = 0
+            t0 = time.process_time()
+            processor.flush()
+            processor.evict()
+            flush_s += time.process_time() - t0
+    t0 = time.process_time()
+    processor.flush()
+    flush_s += time.process_time() - t0
+    loop.close()
+    n = len(recs)
+    return 1e6 * handle_s / n, 1e6 * flush_s / n, len(sent)
+
+
+def stages(events: list[TraceEvent], recs: list[Rec]) -> dict[str, float]:
+    """Each stage of the handler alone over the same events (CPU us/event)."""
+    n = len(events)
+    serde = EventSerde()
+    values = [r.value for r in recs]
+    out: dict[str, float] = {}
+    out["avro decode (EventSerde.decode)"] = cpu_us(
+        lambda: [serde.decode(v) for v in values if v is not None], n
+    )
+    out["event checks (event_error)"] = cpu_us(
+        lambda: [event_error(e, e.session_id, "t") for e in events], n
+    )
+    out["check_storable"] = cpu_us(lambda: [check_storable(e) for e in events], n)
+    cfg = EngineConfig()
+    engines: dict[str, SessionEngine] = {}
+    outs: list[Any] = []
+
+    def engine() -> None:
+        for e in events:
+            eng = engines.get(e.session_id)
+            if eng is None:
+                eng = engines[e.session_id] = SessionEngine.create(e.session_id, cfg)
+            outs.append(eng.on_event(e))
+
+    out["engine alone (SessionEngine.on_event)"] = cpu_us(engine, n)
+    out["  of which engine creation"] = cpu_us(
+        lambda: [SessionEngine.create(s, cfg) for s in {e.session_id for e in events}], n
+    )
+    encoder = OutputEncoder(Settings(), cfg)
+
+    def encode() -> None:
+        for e, o in zip(events, outs, strict=True):
+            encoder.records(e, o, lambda sid=e.session_id: engines[sid].snapshot())
+
+    out["output encoding (OutputEncoder.records)"] = cpu_us(encode, n)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--events", type=int, default=50_000)
+    ap.add_argument("--sessions", type=int, default=1_000, help="sessions open at a time")
+    ap.add_argument("--batch", type=int, default=500, help="records per fetched batch")
+    ap.add_argument(
+        "--commit-every", type=int, default=20_000, help="events between flushes (~1 s)"
+    )
+    ap.add_argument("--repeat", type=int, default=3, help="best of N for the handler run")
+    ap.add_argument("--profile", action="store_true", help="cProfile one handler run")
+    args = ap.parse_args()
+    # the worker's collector settings (streams/commands/worker.py): with CPython's
+    # defaults, full collections over the engines' objects cost more than decoding
+    gc.set_threshold(10_000, 50, 100)
+    events = fleet_events(args.events, args.sessions, seed=0, prefix="sim")
+    recs = records(events, Settings().events_topic)
+    n = len(events)
+    print(f"{n} events, {len({e.session_id for e in events})} sessions, batches of {args.batch}")
+    best: tuple[float, float, int] | None = None
+    for _ in range(args.repeat):
+        res = run_handler(recs, args.batch, args.commit_every)
+        if best is None or res[0] + res[1] < best[0] + best[1]:
+            best = res
+    assert best is not None
+    print(f"  {'handler (EventBatchHandler.handle)':<42} {best[0]:8.1f} us/event")
+    print(f"  {'flush (take + snapshot + encode)':<42} {best[1]:8.1f} us/event")
+    print(f"  {'handler + flush':<42} {best[0] + best[1]:8.1f} us/event ({best[2]} outputs)")
+    for name, us in stages(events, recs).items():
+        print(f"  {name:<42} {us:8.1f} us/event")
+    if args.profile:
+        prof = cProfile.Profile()
+        prof.enable()
+        run_handler(recs, args.batch, args.commit_every)
+        prof.disable()
+        pstats.Stats(prof).sort_stats("tottime").print_stats(30)
+        pstats.Stats(prof).sort_stats("cumulative").print_stats(45)
+
+
+if __name__ == "__main__":
+    main()

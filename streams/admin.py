@@ -44,7 +44,7 @@ def create_topics(
     ACL (or the login) refuses it, naming the setting or the grant to fix.
     """
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
 
     if not specs:
         return []

@@ -78,7 +78,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from streams.admin import TopicSpec, create_topics
 from streams.core.errors import DeliveryError, InvalidEventError

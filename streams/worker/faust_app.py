@@ -149,7 +149,8 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         for topic, partition in handler.partitions():
             nxt = handler.committable(topic, partition)
             tp = TP(topic, partition)
-            if nxt is not None and (read_offset[tp] is None or read_offset[tp] < nxt):
+            current = read_offset[tp]
+            if nxt is not None and (current is None or current < nxt):
                 read_offset[tp] = nxt
 
     @property
@@ -714,7 +715,6 @@ def create_app(
             if adopted:
                 log.info("adopted %d open session(s) for the timer after recovery", adopted)
 
-        @app.timer(timer_interval_s)
         async def _assess_quiet_sessions() -> None:
             """every_n_seconds and deadline assessments of sessions gone quiet.
 
@@ -725,6 +725,9 @@ def create_app(
             if app.rebalancing:
                 return
             await handler.assess_quiet(int(time.time() * 1000))
+
+        # registered by call, not as a decorator: Faust's timer() returns a bare Callable
+        app.timer(timer_interval_s)(_assess_quiet_sessions)
 
     # HTTP views (streams/worker/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
     register_views(

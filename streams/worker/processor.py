@@ -45,11 +45,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Literal, Protocol, TypeVar, cast
 
 from streams.core.codec import decode_state, encode_state
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
-from streams.core.errors import InvalidEventError
+from streams.core.errors import InvalidEventError, StateDecodeError
 from streams.core.events import TraceEvent
 from streams.core.jsonl import event_to_json
 from streams.worker.state import (
@@ -281,17 +281,20 @@ class EventProcessor:
         decode: Callable[[bytes], _V],
         make: Callable[[], _V],
     ) -> _V:
-        value = cache.get(key)
-        if value is None:
-            bkey = key.encode()
-            held = self._inflight.get((name, bkey))
-            if held is not None:  # taken, not yet in the table: the table is older
-                value = held[1]  # type: ignore[assignment]
-            else:
-                raw = table.get(bkey)
-                value = make() if raw is None else decode(raw)
-            cache[key] = value
-        return value  # type: ignore[return-value]
+        cached = cache.get(key)
+        if cached is not None:
+            return cached
+        bkey = key.encode()
+        held = self._inflight.get((name, bkey))
+        value: _V
+        if held is not None:  # taken, not yet in the table: the table is older
+            # _inflight[(name, key)] holds a value of table `name`, i.e. of this cache's type
+            value = cast(_V, held[1])
+        else:
+            raw = table.get(bkey)
+            value = make() if raw is None else decode(raw)
+        cache[key] = value
+        return value
 
     def _stored_engine_state(self, sid: str) -> SessionState | None:
         """The engine state a load must start from: the in-flight snapshot, else the table's.
@@ -304,9 +307,18 @@ class EventProcessor:
         held = self._inflight.get(("engines", sid.encode()))
         if held is not None:
             assert isinstance(held[1], SessionState)
-            return decode_state(encode_state(held[1]))
-        raw = self.engines.get(sid.encode())
-        return None if raw is None else decode_state(raw)
+            raw: bytes | None = encode_state(held[1])
+        else:
+            raw = self.engines.get(sid.encode())
+        if raw is None:
+            return None
+        state = decode_state(raw)
+        if not isinstance(state, SessionState):
+            raise StateDecodeError(
+                f"engines table, session {sid!r}: decoded {type(state).__name__}, "
+                "not a SessionState (a value written by another program?)"
+            )
+        return state
 
     def _engine(self, sid: str) -> SessionEngine:
         assert self.engines is not None

@@ -6,12 +6,12 @@ so ``streams.worker.state`` / ``streams.worker.processor`` stay cheap for tests 
 
 from __future__ import annotations
 
-from typing import Any
+import typing
 
 __all__ = ["WorkerApp", "create_app"]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     if name in __all__:
         from streams.worker import faust_app
 

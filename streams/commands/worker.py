@@ -169,11 +169,10 @@ def run(args: argparse.Namespace) -> int:
     from streams.worker.faust_app import create_app
 
     # The worker keeps tens of thousands of long-lived objects per session in
-    # memory; CPython's default thresholds (700, 10, 10) then run full (gen 2)
-    # collections of ~0.25 s every few thousand events: ~14 % of the CPU and the
-    # worst pauses an event waits behind.  Fewer, cheaper young collections and
-    # rarer old ones (measured: no gen-2 pause in 60k events, max pause 59 ms,
-    # +18 % events/s; docs/faust-notes.md "Garbage collection").
+    # memory; CPython's default thresholds (700, 10, 10) then run long full (gen 2)
+    # collections every few thousand events: CPU, and the worst pauses an event
+    # waits behind.  Fewer, cheaper young collections and rarer old ones
+    # (measured: docs/faust-notes.md "Garbage collection").
     gc.set_threshold(10_000, 50, 100)
     from streams.settings import Settings
     from streams.worker.topics import ensure_topics

@@ -106,11 +106,10 @@ def now_ms() -> int:
 #: preallocates each segment's offset and time index at this size as sparse,
 #: memory-mapped files; with a topic per session that is 20 MiB of address space
 #: per session, and once the indexes are written to, the page cache fills with
-#: their pages (1,000 sessions: ~20 GB) and the broker thrashes on page faults
-#: (measured on this project's 24 GiB VMs: broker pinned at 1 core and produce
-#: stalling for tens of seconds ~22 s into 1,000 events/s over 1,000 sessions,
-#: when each partition passed its first 4 KiB index interval).  128 KiB still
-#: indexes ~40 MiB of a session's log before the segment rolls.
+#: their pages and the broker thrashes on page faults once each partition passed
+#: its first 4 KiB index interval (measured: docs/kafka-notes.md "Broker:
+#: preallocated index files per partition").  128 KiB still indexes ~40 MiB of a
+#: session's log before the segment rolls.
 SESSION_SEGMENT_INDEX_BYTES: Final = 128 * 1024
 
 

@@ -96,8 +96,8 @@ class _ReadCommittedConsumerThread(_aiokafka_driver.AIOKafkaConsumerThread):
     Faust also hard-codes ``fetch_max_wait_ms=1500`` for the worker consumer: at a
     low event rate every fetch then waits up to 1.5 s for more data before
     returning, which is latency an agent waiting for its assessment pays.  50 ms
-    keeps fetches cheap and the pipeline responsive (measured in bench_latency:
-    at 250 events/s p50 804 -> 265 ms).
+    keeps fetches cheap and the pipeline responsive (measured: docs/faust-notes.md
+    "Measured costs behind the worker's code").
     """
 
     FETCH_MAX_WAIT_MS = 50
@@ -161,7 +161,8 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
         Faust's own loop turns every record into a ``ConsumerMessage`` and runs the
         conductor callback in ``wait_first`` (two tasks per message), then a channel
-        queue, an agent stream and an ack: ~0.25 ms per event.  Here each fetched
+        queue, an agent stream and an ack per event (docs/faust-notes.md, "Agents").
+        Here each fetched
         partition batch of the events topic goes to
         :meth:`EventBatchHandler.handle` in one call; the handler reports the
         committable offset.  Records of any other topic (the table changelogs
@@ -266,12 +267,12 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         values are taken (immutable snapshots, not yet encoded) with no ``await`` in
         between, so they cover at least the events up to those offsets (plus
         timer-made changes); the engine snapshots are taken in 2 ms slices under the
-        same lock with batches running in between (snapshotting ~1,000 engines at
-        once held every batch for ~40 ms), so an engine may cover later events too,
+        same lock with batches running in between (snapshotting them all at once
+        held every batch too long), so an engine may cover later events too,
         whose outputs step (3) flushes before the state is written; (2) the values
-        are encoded in chunks, letting batches run in between (a flush of 1,000
-        sessions is ~0.25 s of CPU: done in one go it would hold every event
-        arriving meanwhile); (3) the producer is flushed,
+        are encoded in chunks, letting batches run in between (done in one go, a
+        flush of many sessions would hold every event arriving meanwhile; figures:
+        docs/faust-notes.md "Measured costs"); (3) the producer is flushed,
         so the outputs of those events are in Kafka before the state that says
         "done"; (4) the state goes to the local stores and is queued to the
         changelogs, in chunks too; (5) ``_commit_offsets`` flushes the producer
@@ -295,7 +296,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                 commit_offsets = self._filter_committable_offsets(tps)
                 pending = processor.take_dirty(engines=False)
                 engine_ids = processor.dirty_engine_ids()
-            # Engine snapshots (~30-45 us each) a slice at a time, between batches.
+            # Engine snapshots a slice at a time, between batches.
             i = 0
             while i < len(engine_ids):
                 async with handler.lock:

@@ -325,7 +325,7 @@ class EventProcessor:
         engine = self._engines.get(sid)
         if engine is None:
             cfg = self.engine_config
-            if cfg is None:  # built once: EngineConfig() costs ~0.4 ms
+            if cfg is None:  # built once: EngineConfig() is not cheap to build
                 from streams.core.config import EngineConfig
 
                 cfg = self.engine_config = EngineConfig()
@@ -515,7 +515,8 @@ class EventProcessor:
         ``engines=False`` leaves the dirty engines, and the counters of those
         sessions, alone (they stay dirty): the worker then takes them a few at a time
         with :meth:`take_engines`, because
-        snapshotting ~1,000 engines at once held the batch lock for ~40 ms.
+        snapshotting them all at once held the batch lock too long
+        (docs/faust-notes.md "Measured costs behind the worker's code").
         """
         part = self._partition.get
         pending: list[PendingWrite] = []
@@ -673,7 +674,7 @@ def check_storable(event: TraceEvent) -> None:
     passed the decoder) used to be applied and then crash the worker at the
     flush, for every session in it (issue #15).  Checked at apply time, before
     anything changed, it is dead-lettered with this reason instead: invariant,
-    **whatever the processor applied can be flushed**.  ~5 us per event.
+    **whatever the processor applied can be flushed**.
     """
     try:
         canonical_bytes(event_to_json(event))

@@ -29,7 +29,7 @@ help:
 	@echo "make integration    integration tests only (starts its own broker unless KAFKA_BOOTSTRAP)"
 	@echo "make broker         start a local Kafka on 127.0.0.1:9092 (background)"
 	@echo "make broker-stop    stop it; make broker-status: is it running and answering?"
-	@echo "make lint           ruff check + ruff format --check + mypy --strict streams/core"
+	@echo "make lint           ruff check + ruff format --check + mypy --strict streams"
 	@echo "make demo           install, then python -m streams demo"
 	@echo "make bench          run the benchmark scripts in tests/bench"
 	@echo "variables: PYTHON=$(PYTHON) PYTEST_TIMEOUT=$(PYTEST_TIMEOUT) PYTEST_ARGS='$(PYTEST_ARGS)'"
@@ -76,7 +76,7 @@ integration: install jars
 lint: install
 	$(PYTHON) -m ruff check .
 	$(PYTHON) -m ruff format --check .
-	$(PYTHON) -m mypy --strict streams/core
+	$(PYTHON) -m mypy --strict streams
 
 format: install
 	$(PYTHON) -m ruff format .

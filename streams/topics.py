@@ -240,7 +240,7 @@ def ensure_topics(
     ACL (or the login) refuses it, naming the setting or the grant to fix.
     """
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
+    from confluent_kafka.cimpl import NewTopic  # confluent_kafka.admin re-exports it untyped
 
     specs = list(specs)
     if not specs:

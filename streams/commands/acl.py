@@ -75,15 +75,33 @@ def _acl_binding(grant: Grant) -> Any:
     )
 
 
+def _binding_filter(
+    restype: Any,
+    name: str | None,
+    pattern: Any,
+    principal: str | None,
+    host: str | None,
+    op: Any,
+    perm: Any,
+) -> Any:
+    """An ``AclBindingFilter``; ``None`` as name, principal or host matches any value.
+
+    confluent-kafka documents ``None`` there (``AclBindingFilter``'s docstring) but its
+    signature, inherited from ``AclBinding``, says ``str``: hence the one ignore.
+    """
+    from confluent_kafka.admin import AclBindingFilter  # type: ignore[attr-defined]
+
+    return AclBindingFilter(restype, name, pattern, principal, host, op, perm)  # type: ignore[arg-type]
+
+
 def _acl_filter(grant: Grant) -> Any:
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AclBindingFilter,
         AclOperation,
         AclPermissionType,
         ResourcePatternType,
     )
 
-    return AclBindingFilter(
+    return _binding_filter(
         _resource_type(grant.resource_type),
         grant.name,
         ResourcePatternType[grant.pattern],
@@ -202,14 +220,13 @@ def _grants(args: argparse.Namespace, prefix: str) -> list[Grant]:
 
 def _list(admin: Any, user: str | None) -> int:
     from confluent_kafka.admin import (  # type: ignore[attr-defined]
-        AclBindingFilter,
         AclOperation,
         AclPermissionType,
         ResourcePatternType,
         ResourceType,
     )
 
-    flt = AclBindingFilter(
+    flt = _binding_filter(
         ResourceType.ANY,
         None,
         ResourcePatternType.ANY,

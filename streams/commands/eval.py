@@ -44,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def load_eval_config(path: str | Path) -> Any:
     """The evaluator config file parsed (YAML is a superset of JSON) and validated."""
-    import yaml
+    import yaml  # type: ignore[import-untyped,unused-ignore]
 
     from streams.core.tool_trajectory import parse_config
     from streams.errors import ConfigError

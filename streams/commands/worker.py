@@ -39,8 +39,12 @@ Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
+
+from streams.errors import ConfigError
+from streams.worker.config import WorkerConfig
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -132,40 +136,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def run(args: argparse.Namespace) -> int:
-    import faust
+def worker_config(args: argparse.Namespace) -> WorkerConfig:
+    """The worker's :class:`WorkerConfig` from its flags, validated before any Kafka or
+    Faust work (a :class:`ConfigError` names the flag).  ``create_app`` gets it with
+    the values only Kafka or files can give (partitions, engine config, HTTP auth/TLS)."""
+    return WorkerConfig(
+        store=args.store,
+        data_dir=args.data_dir,
+        web_port=args.web_port,
+        web_enabled=not args.no_web,
+        worker_id=args.worker_id,
+        group_instance_id=args.worker_id,  # static membership: see --worker-id
+        with_engine=not args.no_engine,
+        commit_interval_s=args.commit_interval,
+        timer_interval_s=args.timer_interval,
+        max_sessions_in_memory=args.max_sessions_in_memory,
+        session_timeout_s=args.session_timeout,
+    )
 
-    for flag, value in (
-        ("--commit-interval", args.commit_interval),
-        ("--timer-interval", args.timer_interval),
-    ):
-        if value < 0 or (flag == "--commit-interval" and value == 0):
-            print(
-                f"trajectory worker: {flag} {value}: give a positive number of seconds",
-                file=sys.stderr,
-            )
-            return 2
-    if not 6.0 <= args.session_timeout <= 1800.0:
-        print(
-            f"trajectory worker: --session-timeout {args.session_timeout}: give 6-1800 seconds "
-            "(the broker's group.min/max.session.timeout.ms)",
-            file=sys.stderr,
-        )
-        return 2
-    if args.max_sessions_in_memory < 1:
-        print("trajectory worker: --max-sessions-in-memory must be at least 1", file=sys.stderr)
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = worker_config(args)
+    except ConfigError as exc:
+        print(f"trajectory worker: {exc}", file=sys.stderr)
         return 2
 
     import gc
 
+    import faust
+
     from streams.worker.faust_app import create_app
 
     # The worker keeps tens of thousands of long-lived objects per session in
-    # memory; CPython's default thresholds (700, 10, 10) then run full (gen 2)
-    # collections of ~0.25 s every few thousand events: ~14 % of the CPU and the
-    # worst pauses an event waits behind.  Fewer, cheaper young collections and
-    # rarer old ones (measured: no gen-2 pause in 60k events, max pause 59 ms,
-    # +18 % events/s; docs/faust-notes.md "Garbage collection").
+    # memory; CPython's default thresholds (700, 10, 10) then run long full (gen 2)
+    # collections every few thousand events: CPU, and the worst pauses an event
+    # waits behind.  Fewer, cheaper young collections and rarer old ones
+    # (measured: docs/faust-notes.md "Garbage collection").
     gc.set_threshold(10_000, 50, 100)
     from streams.settings import Settings
     from streams.topics import ensure_worker_topics
@@ -184,27 +191,17 @@ def run(args: argparse.Namespace) -> int:
 
     tokens = args.http_tokens_file or os.environ.get(TOKENS_ENV)
     partitions = ensure_worker_topics(settings)
-    worker_app = create_app(
-        settings,
-        store=args.store,
-        data_dir=args.data_dir,
-        web_port=args.web_port,
-        web_enabled=not args.no_web,
-        worker_id=args.worker_id,
+    config = dataclasses.replace(
+        config,
         partitions=partitions,
-        with_engine=not args.no_engine,
         engine_config=engine_config,
-        commit_interval_s=args.commit_interval,
-        timer_interval_s=args.timer_interval or None,
-        max_sessions_in_memory=args.max_sessions_in_memory,
         view_auth=ViewAuth.from_file(tokens) if tokens else None,
         web_ssl_context=tls_context(
             args.http_tls_cert or os.environ.get(TLS_CERT_ENV),
             args.http_tls_key or os.environ.get(TLS_KEY_ENV),
         ),
-        group_instance_id=args.worker_id,
-        session_timeout_s=args.session_timeout,
     )
+    worker_app = create_app(settings, config)
     print(
         f"trajectory worker: {settings.events_topic} ({partitions} partitions) on "
         f"{settings.bootstrap}, store {args.store}"

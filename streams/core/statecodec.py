@@ -88,8 +88,8 @@ _CLASS_CACHE: dict[str, type[Any]] = {}
 #: First byte of a compressed state value.  Canonical JSON always starts with
 #: ``{``, so one byte tells the two forms apart and both decode.
 _DEFLATED: Final = b"\x00"
-#: zlib level of compressed states: level 1 already shrinks a session
-#: state ~10x (54 -> 5 KiB mean, bench_codec.py) in ~0.14 ms; higher levels cost more.
+#: zlib level of compressed states: level 1 already shrinks a session state about
+#: tenfold, cheaply; higher levels cost more (docs/kafka-notes.md "Changelog volume").
 _DEFLATE_LEVEL: Final = 1
 
 
@@ -829,7 +829,7 @@ def encode_state(state: object, *, compress: bool = False) -> bytes:
     ``compress=True`` deflates them behind a ``0x00`` marker byte: the form the
     worker stores in its engine table and changelog, where a state (mostly its
     trajectory window) is written once per commit per active session and the
-    JSON would be ~10x larger.  The uncompressed form is the canonical one that
+    JSON would be many times larger.  The uncompressed form is the canonical one that
     replays and tests compare; :func:`decode_state` reads both.  Compression is
     deterministic for a given zlib build, not across builds, so compare states
     by their uncompressed bytes.

@@ -7,3 +7,5 @@ publishes through the publisher SDK; :mod:`.server` is the HTTP face (auth, TLS,
 size limit, back-pressure, Prometheus metrics).  ``opentelemetry-proto`` (the
 ``otlp`` extra) is imported only when a protobuf body arrives.
 """
+
+__all__: list[str] = []

@@ -101,7 +101,7 @@ def _pb_attrs(attrs: Any) -> dict[str, JsonValue]:
 
 
 def _parse_pb(message: Any, body: bytes, what: str) -> Any:
-    from google.protobuf.message import DecodeError
+    from google.protobuf.message import DecodeError  # type: ignore[import-untyped,unused-ignore]
 
     try:
         message.ParseFromString(body)

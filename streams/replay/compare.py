@@ -336,14 +336,18 @@ def read_dead_letters(
                     if err.code() == KafkaError._PARTITION_EOF:
                         pending.discard(msg.partition())
                     continue
-                headers = {k: (v or b"") for k, v in (msg.headers() or [])}
+                # consumed headers are (str, bytes | None) pairs; the type also allows str/dict
+                raw = msg.headers() or []
+                pairs = raw.items() if isinstance(raw, dict) else raw
+                headers = {k: v.encode() if isinstance(v, str) else (v or b"") for k, v in pairs}
                 src = headers.get(DLQ_SOURCE_TOPIC)
                 part = headers.get(DLQ_SOURCE_PARTITION, b"")
                 off = headers.get(DLQ_SOURCE_OFFSET, b"")
                 # a dead letter without coordinates matches no replayed record
                 if src is not None and part.isdigit() and off.isdigit():
                     found.add((src.decode("utf-8", "replace"), int(part), int(off)))
-                if msg.offset() is not None and msg.offset() >= ends[msg.partition()] - 1:
+                offset = msg.offset()
+                if offset is not None and offset >= ends[msg.partition()] - 1:
                     pending.discard(msg.partition())
     finally:
         consumer.close()

@@ -487,8 +487,8 @@ def read_live(
     from streams.replay.reader import TopicReader
 
     history = f"{prefix}.assessment-history"
-    existing = AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
-    existing = existing.list_topics(timeout=timeout_s).topics
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
+    existing = admin.list_topics(timeout=timeout_s).topics
     complete = history in existing
     patterns = list(
         TopicReader(

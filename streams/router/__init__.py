@@ -10,7 +10,7 @@ importing this package stays light: :class:`Router` is loaded on first use.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing
 
 from streams.router.announce import PendingTopics, parse_announcement
 from streams.router.config import RouterConfig
@@ -31,11 +31,11 @@ from streams.router.validate import (
     session_id_of_topic,
 )
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from streams.router.router import Router, ensure_topics
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> typing.Any:
     if name in ("Router", "ensure_topics"):
         from streams.router import router as _router
 

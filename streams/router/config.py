@@ -15,18 +15,17 @@ Processing guarantee (``guarantee``, like Kafka Streams' ``processing.guarantee`
   The worker applies each ``(session_id, seq)`` once and its outputs carry
   ``(session_id, seq, ...)``, so a repeat changes no state and is identifiable.
 
-The defaults come from measurements on a single-node Kafka 3.9.1 (2 shared cores),
-time from the first publish on a brand-new session topic to the event being
-readable (read_committed) in ``<prefix>.events``:
+The defaults come from measurements of the time from the first publish on a
+brand-new session topic to the event being readable (read_committed) in
+``<prefix>.events`` (figures: docs/kafka-notes.md "Measured defaults of the router
+and the SDK"):
 
 * ``fetch_wait_max_ms`` matters most: a fetch long-poll in flight delays fetching
-  a newly assigned partition by up to ``fetch.wait.max.ms`` (librdkafka default
-  500 ms gave a ~1.5 s floor; 50 ms gives ~0.3-0.4 s);
-* regex refresh alone (``metadata_refresh_ms=1000``): ~0.9-1.3 s;
-* with the SDK's announcement on ``<prefix>.control`` (router requests full
-  metadata at once): ~0.34-0.45 s, also through the real SDK (topic creation +
-  JSON announcement + ``session_start``).  Both are kept: announcements for speed,
-  the periodic regex refresh as the fallback if an announcement is lost.
+  a newly assigned partition by up to ``fetch.wait.max.ms``, so it is kept low;
+* the SDK's announcement on ``<prefix>.control`` (the router requests full
+  metadata at once) picks a topic up faster than the periodic regex refresh
+  (``metadata_refresh_ms``).  Both are kept: announcements for speed, the periodic
+  regex refresh as the fallback if an announcement is lost.
 """
 
 from __future__ import annotations
@@ -43,10 +42,9 @@ VALIDATIONS: Final[tuple[Validation, ...]] = get_args(Validation)
 #: The accepted values of :attr:`RouterConfig.guarantee`, default first.
 GUARANTEES: Final[tuple[Guarantee, ...]] = get_args(Guarantee)
 #: ``linger.ms`` of the router's producer when :attr:`RouterConfig.linger_ms` is unset.
-#: At-least-once 1 ms: measured (tests/integration/test_router_guarantee.py, 300
-#: events/s) p50 publish->visible 6.9 ms at 0, 8.0 at 1, 11.8 at 5; but linger 0 sent
-#: one tiny request per message under a backlog: ~37k events/s vs ~47k at 1 ms
-#: (bench_throughput's backlog, 100k events, 200 sessions; exactly-once ~47k).
+#: At-least-once 1 ms: every ms is added latency, but linger 0 sends one tiny
+#: request per message under a backlog and loses throughput (docs/kafka-notes.md
+#: "Measured defaults of the router and the SDK").
 DEFAULT_LINGER_MS: Final[dict[Guarantee, int]] = {"exactly-once": 5, "at-least-once": 1}
 
 
@@ -71,7 +69,8 @@ class RouterConfig:
     guarantee: Guarantee = "exactly-once"
     #: Exactly-once: commit the open transaction after this many consumed messages ...
     #: (5000: under a backlog the 100 ms age bound closes batches near there anyway;
-    #: 2000 spent ~20% of wall time waiting on commits in the benchmark).
+    #: smaller batches spent a noticeable share of wall time waiting on commits:
+    #: docs/kafka-notes.md "Measured defaults of the router and the SDK").
     #: At-least-once: commit the consumed offsets after this many messages ...
     batch_max_messages: int = 5000
     #: ... or when the batch has been open this long.  Exactly-once: bounds the
@@ -80,7 +79,7 @@ class RouterConfig:
     batch_max_ms: int = 100
     #: Producer ``linger.ms``; None: 5 for exactly-once (visibility waits for the
     #: commit anyway), 1 for at-least-once (every ms is added latency; 0 costs
-    #: ~20% throughput under a backlog, see DEFAULT_LINGER_MS).
+    #: throughput under a backlog, see DEFAULT_LINGER_MS).
     linger_ms: int | None = None
     #: Regex re-evaluation period: librdkafka matches the subscription regex on
     #: every full metadata refresh, so this bounds pickup when announcements are lost.
@@ -91,12 +90,10 @@ class RouterConfig:
     #: ``fetch_wait_max_ms``).  1: a fetch per arriving event, the lowest latency.
     #: That costs CPU with many session topics: librdkafka looks up every topic of
     #: a fetch response by a linear scan over all subscribed topics, and a response
-    #: lists every partition, so one fetch is O(topics^2) -- 42 % of the router's
-    #: CPU (0.43 cores) at 1,000 events/s over 1,000 session topics.  Measured with
-    #: ``tests/bench/bench_latency.py`` (same load, 2 runs each): 64 KiB with a 25 ms
-    #: wait halves the router's CPU (0.21 cores) but raised publish -> routed from
-    #: p50 24 / p99 ~85 ms to p50 ~50 / p99 130-214 ms, so the default stays 1.
-    #: Raise it on a CPU-starved router where ~25-50 ms more latency is acceptable.
+    #: lists every partition, so one fetch is O(topics^2).  64 KiB with a 25 ms wait
+    #: halves the router's CPU but doubles publish -> routed latency, so the default
+    #: stays 1 (measured: docs/kafka-notes.md "librdkafka: a fetch costs O(topics²)").
+    #: Raise it on a CPU-starved router where tens of ms more latency are acceptable.
     fetch_min_bytes: int = 1
     #: What the router checks before forwarding (issue #12, "decode once"):
     #: ``"framing"`` (default): topic, size, framing, writer-schema fingerprint and
@@ -109,7 +106,8 @@ class RouterConfig:
     #: A custom decoder without ``check_framing`` always gets ``"full"``.
     validation: Validation = "framing"
     #: React to session announcements on ``<prefix>.control`` with an immediate
-    #: metadata refresh (measured ~3x faster pickup than the periodic refresh alone).
+    #: metadata refresh (a faster pickup than the periodic refresh alone, measured in
+    #: docs/kafka-notes.md "Measured defaults of the router and the SDK").
     use_announcements: bool = True
     #: Replication factor for topics the router creates; -1 = the broker's default.
     replication_factor: int = -1

@@ -78,7 +78,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from streams.errors import DeliveryError, InvalidEventError
 from streams.router.announce import PendingTopics, parse_announcement
@@ -343,7 +343,7 @@ class Router:
             "fetch.message.max.bytes": self._max_bytes + _TOPIC_MARGIN,
             # Static membership (KIP-345) keyed by the instance's stable id: a restarted
             # router takes its old member's place at once instead of waiting for the
-            # dead member's session to time out (measured: ~45 s stall without it).
+            # dead member's session to time out (docs/kafka-notes.md "Measured defaults").
             "group.instance.id": cfg.resolved_transactional_id(self._prefix),
             "session.timeout.ms": cfg.session_timeout_ms,
         }
@@ -358,7 +358,8 @@ class Router:
             # HTTP routing computes a session's partition this way (streams.worker.web).
             "partitioner": "murmur2_random",
             "message.max.bytes": self._max_bytes + 2 * _TOPIC_MARGIN,
-            # Failures only: a Python callback per delivered message costs ~1 us each.
+            # Failures only: no Python callback per delivered message (its cost:
+            # docs/kafka-notes.md "Measured defaults").
             "delivery.report.only.error": True,
             "on_delivery": self._on_delivery,
             "error_cb": self._on_producer_error,

@@ -59,7 +59,7 @@ from types import TracebackType
 from typing import Any, Final
 
 from confluent_kafka import KafkaError, KafkaException, Producer
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from streams.core.events import (
     META_INPUT_TRUNCATED,

@@ -48,7 +48,16 @@ class SessionLike(Protocol):
 
 
 class PublisherLike(Protocol):
-    def session(self, session_id: str, **kwargs: Any) -> Any: ...
+    """What :func:`drive` needs of a publisher (:class:`streams.sdk.Publisher` is one)."""
+
+    def session(
+        self,
+        session_id: str,
+        *,
+        agent_id: str | None = ...,
+        task: str | None = ...,
+        flush_on_exit: bool = ...,
+    ) -> SessionLike: ...
 
 
 @dataclass
@@ -76,7 +85,9 @@ class _Open:
 class OpenSession(Protocol):
     """A session being driven: its SDK ``Session`` and its open tool-call ids."""
 
-    session: Any
+    @property
+    def session(self) -> SessionLike: ...
+
     call_ids: dict[int, str]
 
 

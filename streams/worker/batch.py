@@ -2,8 +2,8 @@
 
 Why not a Faust agent: an agent pays Faust's per-message machinery (a
 ``ConsumerMessage``, a conductor dispatch, two tasks in ``wait_first``, a
-channel queue, an ``Event``, an ack) and a ``Topic.send`` per output — about
-0.25 ms per event, more than the detectors themselves.  The worker's consumer
+channel queue, an ``Event``, an ack) and a ``Topic.send`` per output, which
+cost more than the detectors themselves (docs/faust-notes.md, "Agents").  The worker's consumer
 (``streams.worker.faust_app``) hands each fetched batch of ``<prefix>.events``
 records straight to :meth:`EventBatchHandler.handle` instead, and commits the
 offsets this handler reports.  Faust still owns the group, the tables, their

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,12 +37,11 @@ from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
 
-from streams.core.config import EngineConfig
 from streams.core.events import TraceEvent
 from streams.errors import ConfigError, FlushError
 from streams.settings import Settings
-from streams.worker.auth import ViewAuth
 from streams.worker.batch import EventBatchHandler
+from streams.worker.config import STORES, WorkerConfig
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.outputs import OutputEncoder
 from streams.worker.processor import EventProcessor, PendingWrite, TableWrite
@@ -52,12 +50,6 @@ from streams.worker.web import key_partition, key_str, register_views
 
 log = logging.getLogger(__name__)
 
-STORES = {"rocksdb": "rocksdb://", "memory": "memory://"}
-#: How long the group waits for a silent worker (Faust: 60 s; docs/guarantees.md).
-DEFAULT_SESSION_TIMEOUT_S = 10.0
-#: The broker's default group.min.session.timeout.ms / group.max.session.timeout.ms.
-MIN_SESSION_TIMEOUT_S = 6.0
-MAX_SESSION_TIMEOUT_S = 1800.0
 SESSIONS_TABLE = "sessions"
 BUDGETS_TABLE = "budgets"
 MINUTES_TABLE = "minutes"
@@ -104,8 +96,8 @@ class _ReadCommittedConsumerThread(_aiokafka_driver.AIOKafkaConsumerThread):
     Faust also hard-codes ``fetch_max_wait_ms=1500`` for the worker consumer: at a
     low event rate every fetch then waits up to 1.5 s for more data before
     returning, which is latency an agent waiting for its assessment pays.  50 ms
-    keeps fetches cheap and the pipeline responsive (measured in bench_latency:
-    at 250 events/s p50 804 -> 265 ms).
+    keeps fetches cheap and the pipeline responsive (measured: docs/faust-notes.md
+    "Measured costs behind the worker's code").
     """
 
     FETCH_MAX_WAIT_MS = 50
@@ -149,7 +141,8 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         for topic, partition in handler.partitions():
             nxt = handler.committable(topic, partition)
             tp = TP(topic, partition)
-            if nxt is not None and (read_offset[tp] is None or read_offset[tp] < nxt):
+            current = read_offset[tp]
+            if nxt is not None and (current is None or current < nxt):
                 read_offset[tp] = nxt
 
     @property
@@ -168,7 +161,8 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
         Faust's own loop turns every record into a ``ConsumerMessage`` and runs the
         conductor callback in ``wait_first`` (two tasks per message), then a channel
-        queue, an agent stream and an ack: ~0.25 ms per event.  Here each fetched
+        queue, an agent stream and an ack per event (docs/faust-notes.md, "Agents").
+        Here each fetched
         partition batch of the events topic goes to
         :meth:`EventBatchHandler.handle` in one call; the handler reports the
         committable offset.  Records of any other topic (the table changelogs
@@ -273,12 +267,12 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         values are taken (immutable snapshots, not yet encoded) with no ``await`` in
         between, so they cover at least the events up to those offsets (plus
         timer-made changes); the engine snapshots are taken in 2 ms slices under the
-        same lock with batches running in between (snapshotting ~1,000 engines at
-        once held every batch for ~40 ms), so an engine may cover later events too,
+        same lock with batches running in between (snapshotting them all at once
+        held every batch too long), so an engine may cover later events too,
         whose outputs step (3) flushes before the state is written; (2) the values
-        are encoded in chunks, letting batches run in between (a flush of 1,000
-        sessions is ~0.25 s of CPU: done in one go it would hold every event
-        arriving meanwhile); (3) the producer is flushed,
+        are encoded in chunks, letting batches run in between (done in one go, a
+        flush of many sessions would hold every event arriving meanwhile; figures:
+        docs/faust-notes.md "Measured costs"); (3) the producer is flushed,
         so the outputs of those events are in Kafka before the state that says
         "done"; (4) the state goes to the local stores and is queued to the
         changelogs, in chunks too; (5) ``_commit_offsets`` flushes the producer
@@ -302,7 +296,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                 commit_offsets = self._filter_committable_offsets(tps)
                 pending = processor.take_dirty(engines=False)
                 engine_ids = processor.dirty_engine_ids()
-            # Engine snapshots (~30-45 us each) a slice at a time, between batches.
+            # Engine snapshots a slice at a time, between batches.
             i = 0
             while i < len(engine_ids):
                 async with handler.lock:
@@ -475,62 +469,35 @@ class WorkerApp:
     metrics: WorkerMetrics | None = None
 
 
-def create_app(
-    settings: Settings,
-    *,
-    store: str = "rocksdb://",
-    data_dir: str | Path | None = None,
-    web_port: int = 6066,
-    web_enabled: bool = True,
-    worker_id: str | None = None,
-    partitions: int | None = None,
-    decode: Decoder | None = None,
-    commit_interval_s: float = 1.0,
-    with_engine: bool = True,
-    engine_config: EngineConfig | None = None,
-    producer_linger_s: float = 0.005,
-    commit_every: int = 50_000,
-    timer_interval_s: float | None = 1.0,
-    metrics: WorkerMetrics | None = None,
-    max_sessions_in_memory: int = 10_000,
-    view_auth: ViewAuth | None = None,
-    web_ssl_context: ssl.SSLContext | None = None,
-    group_instance_id: str | None = None,
-    session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S,
-) -> WorkerApp:
-    """Build a worker app from ``settings``.
+def create_app(settings: Settings, config: WorkerConfig | None = None) -> WorkerApp:
+    """Build a worker app from ``settings`` (where Kafka is, topic names) and ``config``
+    (how this worker runs: :class:`~streams.worker.config.WorkerConfig`, already
+    validated; default ``WorkerConfig()``).
 
-    ``store``: ``"rocksdb://"`` (rocksdict driver; local files under ``data_dir``,
-    recovered incrementally from the changelog) or ``"memory://"`` (rebuilt from
-    the changelog on every start).  ``partitions`` must equal the partition count
-    of ``<prefix>.events`` (defaults to ``settings.events_partitions``).
-    ``decode`` turns message bytes into a TraceEvent (default: the Avro serde).
-    ``with_engine`` adds the ``engines`` table running the core
-    :class:`~streams.core.engine.SessionEngine` (``engine_config``, default
-    ``EngineConfig()``) on every event.  ``metrics`` (default: a fresh
-    :class:`~streams.worker.metrics.WorkerMetrics`) is fed by the batch handler and served on
-    ``/metrics``.  ``max_sessions_in_memory`` bounds the decoded per-session caches
-    (clean sessions beyond it are evicted after each flush, ended ones always).
-
-    ``group_instance_id`` makes the worker a *static* group member (KIP-345): a
-    worker restarted with the same id (after a crash, SIGKILL included) gets its
-    partitions back at once instead of after the dead member's session timeout;
-    ``trajectory worker --worker-id`` sets it.  ``session_timeout_s`` is how long the
-    group waits for a silent member (a dynamic one that crashed, or a static one
-    that does not come back) before its partitions move (Faust's default is 60 s;
-    the broker accepts 6-1800 s).  The data dir is created if missing.
+    The data dir is created if missing.
     """
-    if not MIN_SESSION_TIMEOUT_S <= session_timeout_s <= MAX_SESSION_TIMEOUT_S:
-        raise ConfigError(
-            "session_timeout",
-            f"{session_timeout_s} s: the broker accepts {MIN_SESSION_TIMEOUT_S:g}-"
-            f"{MAX_SESSION_TIMEOUT_S:g} s (group.min/max.session.timeout.ms)",
-        )
+    config = config if config is not None else WorkerConfig()
+    # the body reads plain locals: one place maps the config onto them
+    store = config.store
+    data_dir = config.data_dir
+    web_port = config.web_port
+    web_enabled = config.web_enabled
+    worker_id = config.worker_id
+    partitions = config.partitions
+    decode = config.decode
+    commit_interval_s = config.commit_interval_s
+    with_engine = config.with_engine
+    engine_config = config.engine_config
+    producer_linger_s = config.producer_linger_s
+    commit_every = config.commit_every
+    timer_interval_s = config.timer_interval_s
+    metrics = config.metrics
+    max_sessions_in_memory = config.max_sessions_in_memory
+    view_auth = config.view_auth
+    web_ssl_context = config.web_ssl_context
+    group_instance_id = config.group_instance_id
+    session_timeout_s = config.session_timeout_s
     metrics = metrics if metrics is not None else WorkerMetrics()
-    if store in STORES:
-        store = STORES[store]
-    if store not in STORES.values():
-        raise ConfigError("store", f"{store!r}: use 'rocksdb://' or 'memory://'")
     n_partitions = partitions or settings.events_partitions
     decoder = decode or _default_decoder(settings)
     datadir = Path(data_dir) if data_dir is not None else Path(f"{app_id(settings)}-data")
@@ -693,7 +660,6 @@ def create_app(
             if adopted:
                 log.info("adopted %d open session(s) for the timer after recovery", adopted)
 
-        @app.timer(timer_interval_s)
         async def _assess_quiet_sessions() -> None:
             """every_n_seconds and deadline assessments of sessions gone quiet.
 
@@ -704,6 +670,9 @@ def create_app(
             if app.rebalancing:
                 return
             await handler.assess_quiet(int(time.time() * 1000))
+
+        # registered by call, not as a decorator: Faust's timer() returns a bare Callable
+        app.timer(timer_interval_s)(_assess_quiet_sessions)
 
     # HTTP views (streams/worker/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
     register_views(

@@ -45,13 +45,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
 from streams.core.events import TraceEvent
 from streams.core.jsonl import event_to_json
 from streams.core.statecodec import decode_state, encode_state
-from streams.errors import InvalidEventError
+from streams.errors import InvalidEventError, StateDecodeError
 from streams.worker.state import (
     BudgetState,
     MinuteCounts,
@@ -281,17 +281,20 @@ class EventProcessor:
         decode: Callable[[bytes], _V],
         make: Callable[[], _V],
     ) -> _V:
-        value = cache.get(key)
-        if value is None:
-            bkey = key.encode()
-            held = self._inflight.get((name, bkey))
-            if held is not None:  # taken, not yet in the table: the table is older
-                value = held[1]  # type: ignore[assignment]
-            else:
-                raw = table.get(bkey)
-                value = make() if raw is None else decode(raw)
-            cache[key] = value
-        return value  # type: ignore[return-value]
+        cached = cache.get(key)
+        if cached is not None:
+            return cached
+        bkey = key.encode()
+        held = self._inflight.get((name, bkey))
+        value: _V
+        if held is not None:  # taken, not yet in the table: the table is older
+            # _inflight[(name, key)] holds a value of table `name`, i.e. of this cache's type
+            value = cast(_V, held[1])
+        else:
+            raw = table.get(bkey)
+            value = make() if raw is None else decode(raw)
+        cache[key] = value
+        return value
 
     def _stored_engine_state(self, sid: str) -> SessionState | None:
         """The engine state a load must start from: the in-flight snapshot, else the table's.
@@ -304,16 +307,25 @@ class EventProcessor:
         held = self._inflight.get(("engines", sid.encode()))
         if held is not None:
             assert isinstance(held[1], SessionState)
-            return decode_state(encode_state(held[1]))
-        raw = self.engines.get(sid.encode())
-        return None if raw is None else decode_state(raw)
+            raw: bytes | None = encode_state(held[1])
+        else:
+            raw = self.engines.get(sid.encode())
+        if raw is None:
+            return None
+        state = decode_state(raw)
+        if not isinstance(state, SessionState):
+            raise StateDecodeError(
+                f"engines table, session {sid!r}: decoded {type(state).__name__}, "
+                "not a SessionState (a value written by another program?)"
+            )
+        return state
 
     def _engine(self, sid: str) -> SessionEngine:
         assert self.engines is not None
         engine = self._engines.get(sid)
         if engine is None:
             cfg = self.engine_config
-            if cfg is None:  # built once: EngineConfig() costs ~0.4 ms
+            if cfg is None:  # built once: EngineConfig() is not cheap to build
                 from streams.core.config import EngineConfig
 
                 cfg = self.engine_config = EngineConfig()
@@ -503,7 +515,8 @@ class EventProcessor:
         ``engines=False`` leaves the dirty engines, and the counters of those
         sessions, alone (they stay dirty): the worker then takes them a few at a time
         with :meth:`take_engines`, because
-        snapshotting ~1,000 engines at once held the batch lock for ~40 ms.
+        snapshotting them all at once held the batch lock too long
+        (docs/faust-notes.md "Measured costs behind the worker's code").
         """
         part = self._partition.get
         pending: list[PendingWrite] = []
@@ -664,7 +677,7 @@ def check_storable(event: TraceEvent) -> dict[str, Any]:
     passed the decoder) used to be applied and then crash the worker at the
     flush, for every session in it (issue #15).  Checked at apply time, before
     anything changed, it is dead-lettered with this reason instead: invariant,
-    **whatever the processor applied can be flushed**.  ~5 us per event.
+    **whatever the processor applied can be flushed**.
     """
     try:
         as_json = event_to_json(event)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 import pytest
@@ -43,18 +44,29 @@ def test_worker_rejects_a_session_timeout_the_broker_refuses(
 def test_create_app_creates_a_new_data_dir_under_the_worker_id(tmp_path: Path) -> None:
     """Issue #15: ``--worker-id X --data-dir NEW`` failed with FileNotFoundError."""
     from streams.settings import Settings
+    from streams.worker.config import WorkerConfig
     from streams.worker.faust_app import create_app
 
     settings = Settings().with_(bootstrap="127.0.0.1:1", prefix="t")
-    create_app(settings, data_dir=tmp_path / "new", worker_id="X", web_enabled=False)
+    create_app(settings, WorkerConfig(data_dir=tmp_path / "new", worker_id="X", web_enabled=False))
     assert (tmp_path / "new" / "X").is_dir()
 
 
-def test_create_app_names_a_session_timeout_out_of_range(tmp_path: Path) -> None:
-    from streams.errors import ConfigError
-    from streams.settings import Settings
-    from streams.worker.faust_app import create_app
+def test_the_worker_flags_become_its_config() -> None:
+    from streams.commands.worker import add_arguments, worker_config
 
-    settings = Settings().with_(bootstrap="127.0.0.1:1", prefix="t")
-    with pytest.raises(ConfigError, match="session_timeout"):
-        create_app(settings, data_dir=tmp_path, session_timeout_s=1.0, web_enabled=False)
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    argv = "--store memory --worker-id w1 --session-timeout 30 --no-web --timer-interval 0"
+    args = parser.parse_args([*argv.split(), "--commit-interval", "2.5"])
+    config = worker_config(args)
+    assert (config.store, config.worker_id, config.group_instance_id) == ("memory://", "w1", "w1")
+    assert (config.session_timeout_s, config.commit_interval_s) == (30.0, 2.5)
+    assert (config.timer_interval_s, config.max_sessions_in_memory) == (None, 10_000)
+    assert (config.web_enabled, config.with_engine) == (False, True)
+
+
+def test_worker_rejects_an_empty_worker_id(capsys: pytest.CaptureFixture[str]) -> None:
+    code = cli.main(["worker", "--worker-id", " ", "--bootstrap", "127.0.0.1:1"])
+    assert code == 2
+    assert "--worker-id" in capsys.readouterr().err

@@ -12,7 +12,7 @@ logic and snapshot tied), at no runtime cost.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Final
+import typing
 
 from streams.core.detectors.alternating_cycle import AlternatingCycleDetector
 from streams.core.detectors.context_degradation import ContextDegradationDetector
@@ -27,7 +27,7 @@ from streams.core.detectors.repeated_error import RepeatedErrorDetector
 from streams.core.detectors.thrashing import ThrashingDetector
 from streams.core.detectors.tool_avoidance import ToolAvoidanceDetector
 
-if TYPE_CHECKING:
+if typing.TYPE_CHECKING:
     from streams.core.detectors.alternating_cycle import AlternatingCycleSnapshot
     from streams.core.detectors.context_degradation import ContextDegradationSnapshot
     from streams.core.detectors.context_loop import ContextLoopSnapshot
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
         ContextLoopDetector().build(None),
     )
 
-DEFAULT_DETECTORS: Final[tuple[Any, ...]] = (
+DEFAULT_DETECTORS: typing.Final[tuple[typing.Any, ...]] = (
     DoomLoopDetector(),
     RepeatedErrorDetector(),
     ProgressStallDetector(),
@@ -89,7 +89,7 @@ DEFAULT_DETECTORS: Final[tuple[Any, ...]] = (
     AlternatingCycleDetector(),
 )
 
-BUILTIN_DETECTORS: Final[dict[str, type[Any]]] = {
+BUILTIN_DETECTORS: typing.Final[dict[str, type[typing.Any]]] = {
     "doom_loop": DoomLoopDetector,
     "repeated_error": RepeatedErrorDetector,
     "progress_stall": ProgressStallDetector,

@@ -63,6 +63,7 @@ committed offset never passes an undelivered message:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -94,9 +95,9 @@ from streams.router.validate import (
     Accepted,
     EventDecoder,
     Rejected,
+    RoutingCheck,
     Verdict,
     check_message,
-    check_routing,
     dlq_headers,
     session_id_of_topic,
 )
@@ -252,13 +253,23 @@ class Router:
         self.settings = settings
         self.config = config or RouterConfig()
         self._decoder = decoder if decoder is not None else default_decoder(settings)
-        #: check_routing (no full decode) unless configured "full" or the decoder
-        #: cannot check framing alone (RouterConfig.validation).
-        self._check: Callable[..., Verdict] = (
-            check_routing
-            if self.config.validation == "framing" and hasattr(self._decoder, "check_framing")
-            else check_message
-        )
+        #: check_routing (no full decode; as RoutingCheck, its cached form) unless
+        #: configured "full" or the decoder cannot check framing alone
+        #: (RouterConfig.validation).
+        self._check: Callable[[bytes | None, str], Verdict]
+        if self.config.validation == "framing" and hasattr(self._decoder, "check_framing"):
+            self._check = RoutingCheck(
+                prefix=settings.prefix,
+                decoder=self._decoder,  # type: ignore[arg-type]
+                max_message_bytes=settings.max_message_bytes,
+            )
+        else:
+            self._check = functools.partial(
+                check_message,
+                prefix=settings.prefix,
+                decoder=self._decoder,
+                max_message_bytes=settings.max_message_bytes,
+            )
         self._extra_consumer = dict(extra_consumer_config or {})
         self._extra_producer = dict(extra_producer_config or {})
         self._stop = threading.Event()
@@ -296,10 +307,12 @@ class Router:
         self._commit_s = 0.0
         self._offset_commits = 0
         self._failed_commits = 0
-        #: At-least-once: next offset per source partition handled since the last
-        #: successful offset commit, so a commit sends only what moved (with 1,000
-        #: session topics: ~100 partitions per 100 ms instead of all 1,000, and no
-        #: consumer.position() over every assigned partition).
+        #: Next offset per source partition handled since the last successful commit
+        #: (offset commit, or exactly-once: committed transaction), so a commit sends
+        #: only what moved (with 1,000 session topics: ~100 partitions per 100 ms
+        #: instead of all 1,000 offsets written to __consumer_offsets, and no
+        #: consumer.position() over every assigned partition).  Exactly-once: emptied
+        #: by an abort (the rewind re-reads those messages).
         self._uncommitted: dict[tuple[str, int], int] = {}
         #: offsets our own committed transactions stored (exactly-once): a rewind
         #: never goes behind them (rewind_offset)
@@ -307,6 +320,8 @@ class Router:
         self._assigned: set[TopicPartition] = set()
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
+        #: session topic -> its ``src.topic`` header (hot path; cleared with _keys)
+        self._src_topics: dict[str, tuple[str, bytes]] = {}
         self._pending = PendingTopics()
         self._admin: AdminClient | None = None
         self._subscription: list[str] = []
@@ -767,6 +782,7 @@ class Router:
                 "without committing (a restart resumes from the last committed offsets)"
             ) from exc
         self._in_txn = False
+        self._uncommitted.clear()  # aborted: the rewind reads them again
         self._aborts += 1
         self._aborted_msgs += self._txn_msgs
         self._replaced_producers += 1
@@ -903,30 +919,30 @@ class Router:
         self._txn_msgs += 1
         topic = msg.topic()
         assert topic is not None
-        if not self._exactly_once:
-            self._uncommitted[(topic, msg.partition() or 0)] = (msg.offset() or 0) + 1
+        partition = msg.partition() or 0
+        offset = msg.offset() or 0
+        # What the next commit sends (both guarantees): only the partitions that moved.
+        self._uncommitted[(topic, partition)] = offset + 1
         if topic == self._control_topic:
             self._handle_announcement(msg)
             return
         value = msg.value()
-        verdict = self._check(
-            value,
-            topic,
-            prefix=self._prefix,
-            decoder=self._decoder,
-            max_message_bytes=self._max_bytes,
-        )
+        verdict = self._check(value, topic)
         if isinstance(verdict, Accepted):
-            key = self._keys.get(verdict.session_id)
-            if key is None:
+            sid = verdict.session_id
+            key = self._keys.get(sid)
+            src_topic = self._src_topics.get(topic)
+            if key is None or src_topic is None:
                 if len(self._keys) >= 100_000:  # bounded: sessions come and go
                     self._keys.clear()
-                key = self._keys[verdict.session_id] = verdict.session_id.encode("utf-8")
+                    self._src_topics.clear()
+                key = self._keys[sid] = sid.encode("utf-8")
+                src_topic = self._src_topics[topic] = (SRC_TOPIC, topic.encode())
             # Where it came from, for the worker's dead letters (decode once).
             headers: Any = msg.headers() or []  # a fresh list per consumed message
-            headers.append((SRC_TOPIC, topic.encode()))
-            headers.append((SRC_PARTITION, b"%d" % (msg.partition() or 0)))
-            headers.append((SRC_OFFSET, b"%d" % (msg.offset() or 0)))
+            headers.append(src_topic)
+            headers.append((SRC_PARTITION, b"%d" % partition))
+            headers.append((SRC_OFFSET, b"%d" % offset))
             src_key = msg.key()
             if src_key != key:
                 headers.append((SRC_KEY, src_key if src_key is not None else b""))
@@ -1123,8 +1139,8 @@ class Router:
         consumer, producer = self._consumer, self._producer
         assert consumer is not None and producer is not None
         t0 = time.monotonic()
+        positions = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
         try:
-            positions = [tp for tp in consumer.position(list(self._assigned)) if tp.offset >= 0]
             if positions:
                 metadata = consumer.consumer_group_metadata()
                 self._broker_call(
@@ -1144,8 +1160,8 @@ class Router:
             self._abort(str(kerr))
             return
         self._commit_s += time.monotonic() - t0
-        for tp in positions:
-            self._own_committed[(tp.topic, tp.partition)] = tp.offset
+        self._own_committed.update(self._uncommitted)
+        self._uncommitted.clear()
         if self.metrics is not None:
             done = time.monotonic()
             self.metrics.on_commit(done - self._txn_started, done - t0)
@@ -1170,6 +1186,7 @@ class Router:
         except KafkaException as exc:
             raise self._fatal("abort_transaction", exc) from exc
         self._in_txn = False
+        self._uncommitted.clear()  # the rewind (or the next owner) reads them again
         if self.metrics is not None:
             self.metrics.on_abort(self._txn_msgs)
         self._aborts += 1

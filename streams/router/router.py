@@ -79,7 +79,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from streams.admin import TopicSpec, create_topics
 from streams.core.errors import DeliveryError, InvalidEventError
@@ -325,6 +325,14 @@ class Router:
         self._pending = PendingTopics()
         self._admin: AdminClient | None = None
         self._subscription: list[str] = []
+        #: Partitions whose session_end this batch routed: paused once it commits.
+        self._ending: set[tuple[str, int]] = set()
+        #: Paused partitions of ended sessions -> the next offset to read there.
+        self._paused: dict[tuple[str, int], int] = {}
+        self._next_paused_check = 0.0
+        #: Partitions paused / resumed (new records after the end) since start.
+        self.paused_total = 0
+        self.resumed_total = 0
         self._control_dropped = False
         self._next_discovery = 0.0
         #: Session topics no member of the group had at the previous discovery check.
@@ -340,6 +348,7 @@ class Router:
         self._dlq_topic = settings.dlq_topic
         self._control_topic = settings.control_topic
         self._max_bytes = settings.max_message_bytes
+        self._pause_ended = self.config.paused_check_s > 0
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -746,6 +755,7 @@ class Router:
         self._assigned.clear()
         self._assigned_topics.clear()
         self._uncommitted.clear()
+        self._paused.clear()  # the new consumer starts with nothing paused
         if old is not None:
             try:
                 old.close()
@@ -872,6 +882,8 @@ class Router:
                 log.debug("metadata refresh for announced topics failed: %s", exc)
         if self.first_assigned_at is not None and time.monotonic() >= self._next_discovery:
             self._check_discovery(consumer)
+        if self._paused and time.monotonic() >= self._next_paused_check:
+            self._check_paused(consumer)
         return True
 
     def stats(self) -> RouterStats:
@@ -893,6 +905,11 @@ class Router:
     def assigned_topics(self) -> frozenset[str]:
         return frozenset(self._assigned_topics)
 
+    @property
+    def paused_topics(self) -> frozenset[str]:
+        """Session topics paused because their session ended (RouterConfig.paused_check_s)."""
+        return frozenset(t for t, _ in self._paused)
+
     # -- per message -------------------------------------------------------
     def _begin(self) -> None:
         assert self._producer is not None
@@ -905,6 +922,7 @@ class Router:
         self._txn_started = time.monotonic()
         self._txn_msgs = self._txn_routed = self._txn_dlq = self._txn_announce = 0
         self._txn_errors.clear()
+        self._ending.clear()
 
     def _handle(self, msg: Message) -> None:
         err = msg.error()
@@ -948,6 +966,8 @@ class Router:
                 headers.append((SRC_KEY, src_key if src_key is not None else b""))
             self._produce(self._events_topic, value, key, headers, msg.timestamp()[1])
             self._txn_routed += 1
+            if verdict.type == "session_end" and self._pause_ended:
+                self._ending.add((topic, partition))
             if self.metrics is not None:
                 self.metrics.on_accepted(verdict.type)
         else:
@@ -1067,6 +1087,77 @@ class Router:
         self._routed += self._txn_routed
         self._dlq += self._txn_dlq
         self._announcements += self._txn_announce
+        if self._ending:
+            self._pause(self._ending)
+            self._ending.clear()
+
+    # -- paused partitions of ended sessions (RouterConfig.paused_check_s) --
+    def _pause(self, ended: set[tuple[str, int]]) -> None:
+        """Pause the partitions of sessions whose end is now committed / delivered.
+
+        Their offsets are committed (or recorded for the next offset commit), so a
+        pause never holds back anything routed; it only keeps them out of fetches.
+        """
+        consumer = self._consumer
+        if consumer is None:
+            return
+        tps = [
+            TopicPartition(t, p)
+            for t, p in ended
+            if (t, p) not in self._paused and TopicPartition(t, p) in self._assigned
+        ]
+        if not tps:
+            return
+        positions = consumer.position(tps)
+        consumer.pause(tps)
+        for tp in positions:
+            self._paused[(tp.topic, tp.partition)] = tp.offset
+        self.paused_total += len(tps)
+        if not self._next_paused_check:
+            self._next_paused_check = time.monotonic() + self.config.paused_check_s
+
+    def _check_paused(self, consumer: Consumer) -> None:
+        """Resume each paused partition that has records past where it was paused.
+
+        One ListOffsets request (read_committed: the last stable offset) for all
+        paused partitions; a failure (broker hiccup) is retried at the next check.
+        Invariant: a paused partition with a record at or after its paused position
+        is resumed within ``paused_check_s`` (+ the request) of that record.
+        """
+        from confluent_kafka import IsolationLevel
+
+        self._next_paused_check = time.monotonic() + self.config.paused_check_s
+        assert self._admin is not None
+        asked = dict(self._paused)
+        try:
+            futures = self._admin.list_offsets(
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in asked},  # type: ignore[no-untyped-call]
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=CALL_TIMEOUT_S,
+            )
+        except KafkaException as exc:
+            log.debug("list_offsets for paused partitions failed: %s", exc)
+            return
+        resume: list[TopicPartition] = []
+        for tp, fut in futures.items():
+            key = (tp.topic, tp.partition)
+            try:
+                end = fut.result(timeout=CALL_TIMEOUT_S + 1.0).offset
+            except Exception as exc:  # e.g. the topic was deleted: asked again next time
+                log.debug("end offset of paused %s[%d]: %s", tp.topic, tp.partition, exc)
+                continue
+            if key in self._paused and end > asked[key]:
+                resume.append(TopicPartition(tp.topic, tp.partition))
+        if resume:
+            consumer.resume(resume)
+            for tp in resume:
+                del self._paused[(tp.topic, tp.partition)]
+            self.resumed_total += len(resume)
+            log.info(
+                "resumed %d paused partition(s) of ended sessions with new records (e.g. %s)",
+                len(resume),
+                resume[0].topic,
+            )
 
     def _commit_offsets(self) -> None:
         """At-least-once: flush (every produced record acknowledged), then commit
@@ -1261,6 +1352,7 @@ class Router:
             self._assigned.discard(TopicPartition(tp.topic, tp.partition))
             # (not ours any more: the next owner starts at the last committed offset)
             self._uncommitted.pop((tp.topic, tp.partition), None)
+            self._paused.pop((tp.topic, tp.partition), None)
         self._assigned_topics = {tp.topic for tp in self._assigned}
 
 

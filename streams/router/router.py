@@ -63,6 +63,7 @@ committed offset never passes an undelivered message:
 
 from __future__ import annotations
 
+import concurrent.futures
 import functools
 import logging
 import threading
@@ -1138,11 +1139,15 @@ class Router:
         except KafkaException as exc:
             log.debug("list_offsets for paused partitions failed: %s", exc)
             return
+        # one bounded wait for the whole request (never one timeout per partition)
+        concurrent.futures.wait(futures.values(), timeout=CALL_TIMEOUT_S + 1.0)
         resume: list[TopicPartition] = []
         for tp, fut in futures.items():
             key = (tp.topic, tp.partition)
+            if not fut.done():
+                continue  # asked again at the next check
             try:
-                end = fut.result(timeout=CALL_TIMEOUT_S + 1.0).offset
+                end = fut.result().offset
             except Exception as exc:  # e.g. the topic was deleted: asked again next time
                 log.debug("end offset of paused %s[%d]: %s", tp.topic, tp.partition, exc)
                 continue

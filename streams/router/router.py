@@ -1328,6 +1328,12 @@ class Router:
         if self.first_assigned_at is None and partitions:
             self.first_assigned_at = time.monotonic()
             self._next_discovery = self.first_assigned_at + 1.0
+        if self._pause_ended and partitions:
+            # librdkafka keeps a partition paused across a revoke and a later
+            # re-assignment (measured): one paused here before it was revoked, and
+            # forgotten then, would never be fetched again.  Resuming before the
+            # assignment is a no-op for the others.
+            consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
         for tp in partitions:
             self._assigned.add(TopicPartition(tp.topic, tp.partition))
             self._assigned_topics.add(tp.topic)

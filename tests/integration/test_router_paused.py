@@ -95,3 +95,39 @@ def test_an_ended_sessions_topic_is_paused_and_a_late_event_still_routed(
     assert set(seen) == expected
     if guarantee == "exactly-once":
         assert all(n == 1 for n in seen.values()), seen
+
+
+def test_a_paused_partition_revoked_and_assigned_again_is_fetched(
+    settings: Settings, create_topics: Any
+) -> None:
+    """librdkafka keeps a partition paused across revoke + re-assignment; the router
+    forgets it at the revoke, so it must resume it when it is assigned again (else
+    its next event would never be routed).  The periodic check cannot rescue it here
+    (``paused_check_s`` 600); the rebalance callbacks run as librdkafka runs them."""
+    from confluent_kafka import TopicPartition
+
+    topic = settings.session_topic("ended")
+    create_topics(topic)
+    create_topics(settings.control_topic)
+    config = RouterConfig(batch_max_ms=20, paused_check_s=600, status_interval_s=0)
+    router = Router(settings, config)
+    router.start()
+    try:
+        items = [(topic, b"ended", event("ended", 0), None)]
+        items.append((topic, b"ended", event("ended", 1, "session_end"), None))
+        publish(settings.bootstrap, items)
+        router.run(max_seconds=30, until=lambda st: topic in router.paused_topics)
+        assert router.paused_topics == {topic}
+        consumer = router._consumer
+        assert consumer is not None
+        tps = [TopicPartition(topic, 0)]
+        router._on_revoke(consumer, tps)
+        consumer.incremental_unassign(tps)
+        router._on_assign(consumer, tps)
+        consumer.incremental_assign(tps)
+        assert router.paused_topics == frozenset()
+        publish(settings.bootstrap, [(topic, b"ended", event("ended", 2), None)])
+        stats = router.run(max_seconds=15, until=lambda st: st.routed >= 3)
+        assert stats.routed == 3, stats
+    finally:
+        router.close()

@@ -173,6 +173,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "~3x the router's CPU per event)",
     )
     parser.add_argument(
+        "--paused-check-s",
+        type=float,
+        default=defaults.paused_check_s,
+        help="pause the session topic of an ended session (session_end routed) so fetches "
+        "skip it, and look for new records on paused ones every this many seconds "
+        "(default %(default)s; 0: never pause)",
+    )
+    parser.add_argument(
         "--no-announcements",
         action="store_true",
         help="ignore <prefix>.control session announcements (rely on --refresh-ms alone)",
@@ -227,6 +235,7 @@ def run(args: argparse.Namespace) -> int:
         fetch_min_bytes=args.fetch_min_bytes,
         validation=args.validation,
         use_announcements=not args.no_announcements,
+        paused_check_s=args.paused_check_s,
         status_interval_s=args.status_every,
     )
     metrics = None

@@ -125,6 +125,14 @@ class RouterConfig:
     #: new session topic causes a rebalance, which can fail one commit with
     #: ILLEGAL_GENERATION (abortable, harmless: the rewound batch then commits).
     max_consecutive_aborts: int = 20
+    #: Fan-in (issue #12): once a ``session_end`` is committed, the router pauses its
+    #: session topic's partition, so fetches no longer list it (every fetch lists
+    #: every unpaused partition, and costs the broker and librdkafka per partition
+    #: listed).  Every this many seconds one ``ListOffsets`` request looks at the
+    #: paused partitions, and one with new records is resumed: an event published
+    #: after its session's end is still routed, at most this much later.  0: never
+    #: pause.  (A restarted router does not pause sessions that ended before it.)
+    paused_check_s: float = 2.0
 
     def __post_init__(self) -> None:
         if self.guarantee not in GUARANTEES:
@@ -158,6 +166,14 @@ class RouterConfig:
                 raise ConfigError(name, f"{value!r}: must be an integer >= 1")
         if self.replication_factor == 0 or self.replication_factor < -1:
             raise ConfigError("replication_factor", "use -1 (broker default) or >= 1")
+        if (
+            isinstance(self.paused_check_s, bool)
+            or not isinstance(self.paused_check_s, (int, float))
+            or not 0 <= self.paused_check_s <= 3600
+        ):
+            raise ConfigError(
+                "paused_check_s", f"{self.paused_check_s!r}: seconds 0..3600 (0: never pause)"
+            )
         if self.status_interval_s < 0:
             raise ConfigError("status_interval_s", "must be >= 0 (0 disables status lines)")
         for name in ("transactional_id", "group_id"):

@@ -63,6 +63,8 @@ committed offset never passes an undelivered message:
 
 from __future__ import annotations
 
+import concurrent.futures
+import functools
 import logging
 import threading
 import time
@@ -78,7 +80,7 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
 
 from streams.errors import DeliveryError, InvalidEventError
 from streams.router.announce import PendingTopics, parse_announcement
@@ -93,9 +95,9 @@ from streams.router.validate import (
     Accepted,
     EventDecoder,
     Rejected,
+    RoutingCheck,
     Verdict,
     check_message,
-    check_routing,
     dlq_headers,
     session_id_of_topic,
 )
@@ -246,13 +248,23 @@ class Router:
         self.settings = settings
         self.config = config or RouterConfig()
         self._decoder = decoder if decoder is not None else default_decoder(settings)
-        #: check_routing (no full decode) unless configured "full" or the decoder
-        #: cannot check framing alone (RouterConfig.validation).
-        self._check: Callable[..., Verdict] = (
-            check_routing
-            if self.config.validation == "framing" and hasattr(self._decoder, "check_framing")
-            else check_message
-        )
+        #: check_routing (no full decode; as RoutingCheck, its cached form) unless
+        #: configured "full" or the decoder cannot check framing alone
+        #: (RouterConfig.validation).
+        self._check: Callable[[bytes | None, str], Verdict]
+        if self.config.validation == "framing" and hasattr(self._decoder, "check_framing"):
+            self._check = RoutingCheck(
+                prefix=settings.prefix,
+                decoder=self._decoder,  # type: ignore[arg-type]
+                max_message_bytes=settings.max_message_bytes,
+            )
+        else:
+            self._check = functools.partial(
+                check_message,
+                prefix=settings.prefix,
+                decoder=self._decoder,
+                max_message_bytes=settings.max_message_bytes,
+            )
         self._extra_consumer = dict(extra_consumer_config or {})
         self._extra_producer = dict(extra_producer_config or {})
         self._stop = threading.Event()
@@ -290,10 +302,12 @@ class Router:
         self._commit_s = 0.0
         self._offset_commits = 0
         self._failed_commits = 0
-        #: At-least-once: next offset per source partition handled since the last
-        #: successful offset commit, so a commit sends only what moved (with 1,000
-        #: session topics: ~100 partitions per 100 ms instead of all 1,000, and no
-        #: consumer.position() over every assigned partition).
+        #: Next offset per source partition handled since the last successful commit
+        #: (offset commit, or exactly-once: committed transaction), so a commit sends
+        #: only what moved (with 1,000 session topics: ~100 partitions per 100 ms
+        #: instead of all 1,000 offsets written to __consumer_offsets, and no
+        #: consumer.position() over every assigned partition).  Exactly-once: emptied
+        #: by an abort (the rewind re-reads those messages).
         self._uncommitted: dict[tuple[str, int], int] = {}
         #: offsets our own committed transactions stored (exactly-once): a rewind
         #: never goes behind them (rewind_offset)
@@ -301,9 +315,19 @@ class Router:
         self._assigned: set[TopicPartition] = set()
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
+        #: session topic -> its ``src.topic`` header (hot path; cleared with _keys)
+        self._src_topics: dict[str, tuple[str, bytes]] = {}
         self._pending = PendingTopics()
         self._admin: AdminClient | None = None
         self._subscription: list[str] = []
+        #: Partitions whose session_end this batch routed: paused once it commits.
+        self._ending: set[tuple[str, int]] = set()
+        #: Paused partitions of ended sessions -> the next offset to read there.
+        self._paused: dict[tuple[str, int], int] = {}
+        self._next_paused_check = 0.0
+        #: Partitions paused / resumed (new records after the end) since start.
+        self.paused_total = 0
+        self.resumed_total = 0
         self._control_dropped = False
         self._next_discovery = 0.0
         #: Session topics no member of the group had at the previous discovery check.
@@ -319,6 +343,7 @@ class Router:
         self._dlq_topic = settings.dlq_topic
         self._control_topic = settings.control_topic
         self._max_bytes = settings.max_message_bytes
+        self._pause_ended = self.config.paused_check_s > 0
 
     # -- lifecycle ---------------------------------------------------------
     def start(self) -> None:
@@ -728,6 +753,7 @@ class Router:
         self._assigned.clear()
         self._assigned_topics.clear()
         self._uncommitted.clear()
+        self._paused.clear()  # the new consumer starts with nothing paused
         if old is not None:
             try:
                 old.close()
@@ -765,6 +791,7 @@ class Router:
                 exc,
             ) from exc
         self._in_txn = False
+        self._uncommitted.clear()  # aborted: the rewind reads them again
         self._aborts += 1
         self._aborted_msgs += self._txn_msgs
         self._replaced_producers += 1
@@ -854,6 +881,8 @@ class Router:
                 log.debug("metadata refresh for announced topics failed: %s", exc)
         if self.first_assigned_at is not None and time.monotonic() >= self._next_discovery:
             self._check_discovery(consumer)
+        if self._paused and time.monotonic() >= self._next_paused_check:
+            self._check_paused(consumer)
         return True
 
     def stats(self) -> RouterStats:
@@ -875,6 +904,11 @@ class Router:
     def assigned_topics(self) -> frozenset[str]:
         return frozenset(self._assigned_topics)
 
+    @property
+    def paused_topics(self) -> frozenset[str]:
+        """Session topics paused because their session ended (RouterConfig.paused_check_s)."""
+        return frozenset(t for t, _ in self._paused)
+
     # -- per message -------------------------------------------------------
     def _begin(self) -> None:
         assert self._producer is not None
@@ -887,6 +921,7 @@ class Router:
         self._txn_started = time.monotonic()
         self._txn_msgs = self._txn_routed = self._txn_dlq = self._txn_announce = 0
         self._txn_errors.clear()
+        self._ending.clear()
 
     def _handle(self, msg: Message) -> None:
         err = msg.error()
@@ -901,35 +936,37 @@ class Router:
         self._txn_msgs += 1
         topic = msg.topic()
         assert topic is not None
-        if not self._exactly_once:
-            self._uncommitted[(topic, msg.partition() or 0)] = (msg.offset() or 0) + 1
+        partition = msg.partition() or 0
+        offset = msg.offset() or 0
+        # What the next commit sends (both guarantees): only the partitions that moved.
+        self._uncommitted[(topic, partition)] = offset + 1
         if topic == self._control_topic:
             self._handle_announcement(msg)
             return
         value = msg.value()
-        verdict = self._check(
-            value,
-            topic,
-            prefix=self._prefix,
-            decoder=self._decoder,
-            max_message_bytes=self._max_bytes,
-        )
+        verdict = self._check(value, topic)
         if isinstance(verdict, Accepted):
-            key = self._keys.get(verdict.session_id)
-            if key is None:
+            sid = verdict.session_id
+            key = self._keys.get(sid)
+            src_topic = self._src_topics.get(topic)
+            if key is None or src_topic is None:
                 if len(self._keys) >= 100_000:  # bounded: sessions come and go
                     self._keys.clear()
-                key = self._keys[verdict.session_id] = verdict.session_id.encode("utf-8")
+                    self._src_topics.clear()
+                key = self._keys[sid] = sid.encode("utf-8")
+                src_topic = self._src_topics[topic] = (SRC_TOPIC, topic.encode())
             # Where it came from, for the worker's dead letters (decode once).
             headers: Any = msg.headers() or []  # a fresh list per consumed message
-            headers.append((SRC_TOPIC, topic.encode()))
-            headers.append((SRC_PARTITION, b"%d" % (msg.partition() or 0)))
-            headers.append((SRC_OFFSET, b"%d" % (msg.offset() or 0)))
+            headers.append(src_topic)
+            headers.append((SRC_PARTITION, b"%d" % partition))
+            headers.append((SRC_OFFSET, b"%d" % offset))
             src_key = msg.key()
             if src_key != key:
                 headers.append((SRC_KEY, src_key if src_key is not None else b""))
             self._produce(self._events_topic, value, key, headers, msg.timestamp()[1])
             self._txn_routed += 1
+            if verdict.type == "session_end" and self._pause_ended:
+                self._ending.add((topic, partition))
             if self.metrics is not None:
                 self.metrics.on_accepted(verdict.type)
         else:
@@ -1051,6 +1088,81 @@ class Router:
         self._routed += self._txn_routed
         self._dlq += self._txn_dlq
         self._announcements += self._txn_announce
+        if self._ending:
+            self._pause(self._ending)
+            self._ending.clear()
+
+    # -- paused partitions of ended sessions (RouterConfig.paused_check_s) --
+    def _pause(self, ended: set[tuple[str, int]]) -> None:
+        """Pause the partitions of sessions whose end is now committed / delivered.
+
+        Their offsets are committed (or recorded for the next offset commit), so a
+        pause never holds back anything routed; it only keeps them out of fetches.
+        """
+        consumer = self._consumer
+        if consumer is None:
+            return
+        tps = [
+            TopicPartition(t, p)
+            for t, p in ended
+            if (t, p) not in self._paused and TopicPartition(t, p) in self._assigned
+        ]
+        if not tps:
+            return
+        positions = consumer.position(tps)
+        consumer.pause(tps)
+        for tp in positions:
+            self._paused[(tp.topic, tp.partition)] = tp.offset
+        self.paused_total += len(tps)
+        if not self._next_paused_check:
+            self._next_paused_check = time.monotonic() + self.config.paused_check_s
+
+    def _check_paused(self, consumer: Consumer) -> None:
+        """Resume each paused partition that has records past where it was paused.
+
+        One ListOffsets request (read_committed: the last stable offset) for all
+        paused partitions; a failure (broker hiccup) is retried at the next check.
+        Invariant: a paused partition with a record at or after its paused position
+        is resumed within ``paused_check_s`` (+ the request) of that record.
+        """
+        from confluent_kafka import IsolationLevel
+
+        self._next_paused_check = time.monotonic() + self.config.paused_check_s
+        assert self._admin is not None
+        asked = dict(self._paused)
+        try:
+            futures = self._admin.list_offsets(
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in asked},  # type: ignore[no-untyped-call]
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=CALL_TIMEOUT_S,
+            )
+        except KafkaException as exc:
+            log.debug("list_offsets for paused partitions failed: %s", exc)
+            return
+        # one bounded wait for the whole request (never one timeout per partition)
+        concurrent.futures.wait(futures.values(), timeout=CALL_TIMEOUT_S + 1.0)
+        resume: list[TopicPartition] = []
+        for tp, fut in futures.items():
+            key = (tp.topic, tp.partition)
+            if not fut.done():
+                continue  # asked again at the next check
+            try:
+                end = fut.result().offset
+            except Exception as exc:  # e.g. the topic was deleted: asked again next time
+                log.debug("end offset of paused %s[%d]: %s", tp.topic, tp.partition, exc)
+                continue
+            if key in self._paused and end > asked[key]:
+                resume.append(TopicPartition(tp.topic, tp.partition))
+        if resume:
+            consumer.resume(resume)
+            for tp in resume:
+                del self._paused[(tp.topic, tp.partition)]
+            self.resumed_total += len(resume)
+            log.info(
+                "resumed %d paused partition(s) of ended sessions with new records (e.g. %s)",
+                len(resume),
+                resume[0].topic,
+            )
 
     def _commit_offsets(self) -> None:
         """At-least-once: flush (every produced record acknowledged), then commit
@@ -1125,8 +1237,8 @@ class Router:
         consumer, producer = self._consumer, self._producer
         assert consumer is not None and producer is not None
         t0 = time.monotonic()
+        positions = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
         try:
-            positions = [tp for tp in consumer.position(list(self._assigned)) if tp.offset >= 0]
             if positions:
                 metadata = consumer.consumer_group_metadata()
                 self._broker_call(
@@ -1146,8 +1258,8 @@ class Router:
             self._abort(str(kerr))
             return
         self._commit_s += time.monotonic() - t0
-        for tp in positions:
-            self._own_committed[(tp.topic, tp.partition)] = tp.offset
+        self._own_committed.update(self._uncommitted)
+        self._uncommitted.clear()
         if self.metrics is not None:
             done = time.monotonic()
             self.metrics.on_commit(done - self._txn_started, done - t0)
@@ -1172,6 +1284,7 @@ class Router:
         except KafkaException as exc:
             raise self._fatal("abort_transaction", exc) from exc
         self._in_txn = False
+        self._uncommitted.clear()  # the rewind (or the next owner) reads them again
         if self.metrics is not None:
             self.metrics.on_abort(self._txn_msgs)
         self._aborts += 1
@@ -1217,6 +1330,12 @@ class Router:
         if self.first_assigned_at is None and partitions:
             self.first_assigned_at = time.monotonic()
             self._next_discovery = self.first_assigned_at + 1.0
+        if self._pause_ended and partitions:
+            # librdkafka keeps a partition paused across a revoke and a later
+            # re-assignment (measured): one paused here before it was revoked, and
+            # forgotten then, would never be fetched again.  Resuming before the
+            # assignment is a no-op for the others.
+            consumer.resume([TopicPartition(tp.topic, tp.partition) for tp in partitions])
         for tp in partitions:
             self._assigned.add(TopicPartition(tp.topic, tp.partition))
             self._assigned_topics.add(tp.topic)
@@ -1246,6 +1365,7 @@ class Router:
             self._assigned.discard(TopicPartition(tp.topic, tp.partition))
             # (not ours any more: the next owner starts at the last committed offset)
             self._uncommitted.pop((tp.topic, tp.partition), None)
+            self._paused.pop((tp.topic, tp.partition), None)
         self._assigned_topics = {tp.topic for tp in self._assigned}
 
 

@@ -4,10 +4,11 @@ A script, not a test (prints figures, asserts nothing).  For each ``--stage``,
 on a fresh topic prefix of the broker at ``$KAFKA_BOOTSTRAP`` (default
 127.0.0.1:9092; started locally if none answers):
 
-1. starts the stage's processes: ``publisher`` none, ``router`` a router
+1. creates ``--sessions`` session topics through the SDK and starts every session;
+2. starts the stage's processes: ``publisher`` none, ``router`` a router
    (``--router-args``, at-least-once unless they say otherwise), ``worker`` a
-   router and a worker;
-2. creates ``--sessions`` session topics through the SDK and starts every session;
+   router and a worker, and waits until the router group has every topic assigned
+   (the steady state, not the burst of topic creations);
 3. publishes ``--rate`` events/s of simulated pathological agents for
    ``--duration`` s and prints the CPU cores each process used over the part after
    ``--warmup`` s: the broker JVM, the router, the worker;
@@ -16,11 +17,23 @@ on a fresh topic prefix of the broker at ``$KAFKA_BOOTSTRAP`` (default
 The publisher runs in this process and is not counted.  Comparing the stages
 says what the router adds to the broker and to the machine (docs/kafka-notes.md).
 
+``--option`` (repeatable, fan-in of issue #12) runs the ``router`` stage once per
+named router set-up, side by side in one run: ``default``, ``fetch-25ms`` (fetch
+min bytes 64 KiB, wait 25 ms), ``fetch-5ms``, ``shard2`` (two router processes in
+one group: each fetch lists half of the topics), ``no-pause`` (ended sessions'
+topics never paused).  ``--active N`` keeps only N sessions publishing and ends
+the others right after their start (their topics stay: gc has not run).  For
+each run it prints broker + router CPU cores, the same per 1,000 events/s, and
+publish -> routed latency p50/p99 (the SDK's record timestamp to this process
+reading ``<prefix>.events`` read_committed, after the warm-up).
+
 Example::
 
     python tests/bench/bench_routing_cost.py --stage publisher --stage router --stage worker
     python tests/bench/bench_routing_cost.py --stage router \\
         --router-args='--fetch-min-bytes 65536 --fetch-wait-ms 25'
+    python tests/bench/bench_routing_cost.py --stage router --option default \\
+        --option shard2 --option fetch-25ms --active 1000
 """
 
 from __future__ import annotations
@@ -29,11 +42,15 @@ import argparse
 import itertools
 import os
 import shlex
+import statistics
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from pathlib import Path
+
+from confluent_kafka import OFFSET_END, Consumer, TopicPartition
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
@@ -43,52 +60,149 @@ from bench_latency import KINDS, Agent, delete_prefix_topics  # noqa: E402
 from procs import broker_pid, cpu_seconds, spawn, stop, worker_args  # noqa: E402
 
 from streams.broker import LocalBroker, free_port, kafka_ready, parse_bootstrap  # noqa: E402
+from streams.router import RouterConfig  # noqa: E402
+from streams.router.router import ensure_topics  # noqa: E402
 from streams.sdk import Publisher  # noqa: E402
 from streams.settings import Settings  # noqa: E402
 
 STAGES = ("publisher", "router", "worker")
+#: --option name -> extra flags of each router process (one list per process).
+OPTIONS: dict[str, list[list[str]]] = {
+    "default": [[]],
+    "fetch-25ms": [["--fetch-min-bytes", "65536", "--fetch-wait-ms", "25"]],
+    "fetch-5ms": [["--fetch-min-bytes", "65536", "--fetch-wait-ms", "5"]],
+    "shard2": [
+        ["--transactional-id", "{prefix}.router.0"],
+        ["--transactional-id", "{prefix}.router.1"],
+    ],
+    "no-pause": [["--paused-check-s", "0"]],
+}
 
 
-def run_stage(stage: str, bootstrap: str, args: argparse.Namespace) -> dict[str, float]:
-    """CPU cores per process over the measured part of one stage."""
+def wait_assigned(bootstrap: str, group: str, topics: int, timeout_s: float = 300.0) -> None:
+    """Wait until the router group has every session topic assigned to some member."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        try:
+            desc = admin.describe_consumer_groups([group])[group].result(timeout=10)
+            owned = {
+                tp.topic
+                for m in desc.members or ()
+                for tp in (m.assignment.topic_partitions if m.assignment else None) or ()
+                if ".session." in tp.topic
+            }
+            if len(owned) >= topics:
+                print(
+                    f"  {group}: {len(owned)} topics assigned after {time.monotonic() - t0:.0f} s",
+                    flush=True,
+                )
+                return
+        except Exception:  # the group does not exist yet
+            pass
+        time.sleep(1)
+    raise SystemExit(f"{group}: not every session topic assigned after {timeout_s:.0f} s")
+
+
+class RoutedProbe:
+    """publish -> routed latency: reads ``<prefix>.events`` read_committed from its end
+    and keeps now - the record's timestamp (the SDK's, which the router forwards)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self._consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "group.id": f"{settings.prefix}.probe",
+                "isolation.level": "read_committed",
+                "fetch.wait.max.ms": 10,
+                "enable.auto.commit": False,
+            }
+        )
+        md = self._consumer.list_topics(settings.events_topic, timeout=30)
+        parts = md.topics[settings.events_topic].partitions
+        self._consumer.assign([TopicPartition(settings.events_topic, p, OFFSET_END) for p in parts])
+        self.measuring = False
+        self.latencies_ms: list[int] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="probe", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for m in self._consumer.consume(500, timeout=0.1):
+                if m.error() is None and self.measuring:
+                    self.latencies_ms.append(time.time_ns() // 1_000_000 - m.timestamp()[1])
+
+    def close(self) -> tuple[float, float, int]:
+        """Stop; (p50, p99, count) of the latencies seen while measuring."""
+        self._stop.set()
+        self._thread.join(10)
+        self._consumer.close()
+        xs = sorted(self.latencies_ms)
+        if not xs:
+            return float("nan"), float("nan"), 0
+        return statistics.median(xs), xs[min(len(xs) - 1, int(len(xs) * 0.99))], len(xs)
+
+
+def run_stage(
+    stage: str, bootstrap: str, args: argparse.Namespace, option: str = "default"
+) -> tuple[dict[str, float], tuple[float, float, int]]:
+    """CPU cores per process over the measured part of one stage, and the publish ->
+    routed latency (p50 ms, p99 ms, count; NaN without a router)."""
     prefix = "rc" + uuid.uuid4().hex[:10]
     settings = Settings(bootstrap=bootstrap, prefix=prefix)
     work = Path(tempfile.mkdtemp(prefix=f"bench-routing-{prefix}-"))
     procs = {}
+    probe: RoutedProbe | None = None
     try:
-        if stage == "worker":
-            procs["worker"] = spawn(
-                worker_args(bootstrap, prefix, work / "worker", free_port()), work / "worker.log"
-            )
-        if stage in ("router", "worker"):
-            router_args = shlex.split(args.router_args)
-            if "--guarantee" not in router_args:
-                router_args = ["--guarantee", "at-least-once", *router_args]
-            procs["router"] = spawn(
-                [
-                    "streams.commands.router",
-                    "--bootstrap",
-                    bootstrap,
-                    "--prefix",
-                    prefix,
-                    "--status-every",
-                    "0",
-                    *router_args,
-                ],
-                work / "router.log",
-            )
-        time.sleep(8 if procs else 0)  # let them join their groups
         bpid = broker_pid(parse_bootstrap(bootstrap)[1])
+        # Topics and session starts first, then the processes: the measured part is the
+        # steady state, not a burst of 1,000 topic creations (a rebalance per batch of
+        # new topics); that is what a long-running deployment sees.
+        ensure_topics(settings, RouterConfig())  # events, dlq, control (announcements)
         with Publisher(settings) as pub:
             sids = [f"s{i}" for i in range(args.sessions)]
             pub.ensure_session_topics(sids)
             agents = []
+            active = args.sessions if args.active is None else args.active
             for i, sid in enumerate(sids):
                 s = pub.session(sid, flush_on_exit=False)
                 s.start()
-                agents.append(Agent(s, KINDS[i % len(KINDS)], f"{args.seed}:{i}"))
+                if i < active:
+                    agents.append(Agent(s, KINDS[i % len(KINDS)], f"{args.seed}:{i}"))
+                else:
+                    s.end()  # an ended session: its topic stays until gc
             pub.flush()
-            time.sleep(3)
+            if stage == "worker":
+                procs["worker"] = spawn(
+                    worker_args(bootstrap, prefix, work / "worker", free_port()),
+                    work / "worker.log",
+                )
+            if stage in ("router", "worker"):
+                for k, extra in enumerate(OPTIONS[option]):
+                    router_args = [a.format(prefix=prefix) for a in extra]
+                    router_args += shlex.split(args.router_args)
+                    if "--guarantee" not in router_args:
+                        router_args = ["--guarantee", args.guarantee, *router_args]
+                    name = "router" if k == 0 else f"router{k}"
+                    procs[name] = spawn(
+                        [
+                            "streams.commands.router",
+                            "--bootstrap",
+                            bootstrap,
+                            "--prefix",
+                            prefix,
+                            "--status-every",
+                            "0",
+                            *router_args,
+                        ],
+                        work / f"{name}.log",
+                    )
+                wait_assigned(bootstrap, f"{prefix}.router", args.sessions)
+                probe = RoutedProbe(settings)
+            time.sleep(8 if procs else 0)  # the worker's join; the backlog of starts
             order = itertools.cycle(agents)
             pids = {"broker": bpid, **{k: p.pid for k, p in procs.items()}}
             t0 = time.monotonic()
@@ -99,6 +213,8 @@ def run_stage(stage: str, bootstrap: str, args: argparse.Namespace) -> dict[str,
                 if before is None and now - t0 >= args.warmup:
                     before = {k: cpu_seconds(v) for k, v in pids.items() if v is not None}
                     measured_from = now
+                    if probe is not None:
+                        probe.measuring = True
                 due = int((now - t0) * args.rate)
                 while n < due:
                     next(order).step()
@@ -111,8 +227,16 @@ def run_stage(stage: str, bootstrap: str, args: argparse.Namespace) -> dict[str,
                 if proc.poll() is not None:
                     raise SystemExit(f"{name} exited early; see {work}/{name}.log")
             pub.flush(60)
-        return cores
+        if probe is not None:
+            time.sleep(1)  # the last events
+            latency = probe.close()
+            probe = None
+        else:
+            latency = (float("nan"), float("nan"), 0)
+        return cores, latency
     finally:
+        if probe is not None:
+            probe.close()
         for proc in procs.values():
             stop(proc)
         delete_prefix_topics(bootstrap, prefix)
@@ -127,6 +251,25 @@ def main() -> int:
     ap.add_argument("--warmup", type=float, default=10.0, help="seconds not measured")
     ap.add_argument("--router-args", default="", help="extra router flags")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument(
+        "--option",
+        action="append",
+        choices=tuple(OPTIONS),
+        help="router set-up(s) to compare in the router/worker stages (repeatable; default: "
+        "default)",
+    )
+    ap.add_argument(
+        "--active",
+        type=int,
+        help="only this many sessions publish; the others end right after their start "
+        "(default: all)",
+    )
+    ap.add_argument(
+        "--guarantee",
+        default="at-least-once",
+        choices=("at-least-once", "exactly-once"),
+        help="the routers' guarantee unless --router-args names one (default at-least-once)",
+    )
     args = ap.parse_args()
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
     host, port = parse_bootstrap(bootstrap)
@@ -140,17 +283,29 @@ def main() -> int:
         print(f"starting a local broker on {bootstrap}", flush=True)
         broker.start()
     try:
+        active = args.sessions if args.active is None else args.active
         for stage in args.stage or list(STAGES):
-            cores = run_stage(stage, bootstrap, args)
-            extra = (
-                f", router {args.router_args}" if args.router_args and stage != "publisher" else ""
-            )
-            cpu = ", ".join(f"{k} {v:.2f}" for k, v in cores.items())
-            print(
-                f"stage {stage:9s} ({args.sessions} session topics, {args.rate:.0f} events/s"
-                f"{extra}): CPU cores {cpu}",
-                flush=True,
-            )
+            for option in ["default"] if stage == "publisher" else args.option or ["default"]:
+                cores, (p50, p99, n) = run_stage(stage, bootstrap, args, option)
+                extra = (
+                    f", router {args.router_args}"
+                    if args.router_args and stage != "publisher"
+                    else ""
+                )
+                cpu = ", ".join(f"{k} {v:.2f}" for k, v in cores.items())
+                routers = sum(v for k, v in cores.items() if k.startswith("router"))
+                per_k = 1000.0 / args.rate
+                line = (
+                    f"stage {stage:9s} option {option:10s} ({args.sessions} session topics, "
+                    f"{active} active, {args.rate:.0f} events/s{extra}): CPU cores {cpu}"
+                )
+                if stage != "publisher":
+                    line += (
+                        f"; broker+router per 1,000 events/s "
+                        f"{(cores.get('broker', 0.0) + routers) * per_k:.2f} cores; "
+                        f"publish->routed p50 {p50:.0f} ms p99 {p99:.0f} ms ({n} events)"
+                    )
+                print(line, flush=True)
     finally:
         if broker is not None:
             broker.stop()

@@ -148,6 +148,25 @@ def publish(settings: Settings, n: int, sessions: int, how: str) -> tuple[int, f
     return sent, time.monotonic() - t0
 
 
+def backlog(settings: Settings) -> int:
+    """Events in the session topics of ``settings.prefix`` (sum of the high watermarks:
+    the publishers are not transactional, so every offset is one event)."""
+    from confluent_kafka import TopicPartition
+
+    probe = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "bench-probe"})
+    try:
+        head = f"{settings.prefix}.session."
+        topics = probe.list_topics(timeout=10).topics
+        total = 0
+        for name, meta in topics.items():
+            if name.startswith(head):
+                for p in meta.partitions:
+                    total += probe.get_watermark_offsets(TopicPartition(name, p), 10)[1]
+        return total
+    finally:
+        probe.close()
+
+
 def stage_raw(ctx: Context) -> StageResult:
     """Consume the session topics and produce every message to a scratch topic."""
     s = ctx.settings
@@ -320,17 +339,30 @@ def main(argv: list[str] | None = None) -> int:
         help="the router's processing guarantee (router stages)",
     )
     ap.add_argument("--keep", action="store_true", help="keep the bench topics afterwards")
+    ap.add_argument(
+        "--reuse",
+        metavar="PREFIX",
+        help="route the backlog a previous --keep run left under PREFIX (no publishing; "
+        "implies --keep); every stage round uses a new consumer group",
+    )
     args = ap.parse_args(argv)
 
-    prefix = "bench" + uuid.uuid4().hex[:10]
+    prefix = args.reuse or "bench" + uuid.uuid4().hex[:10]
     settings = Settings(bootstrap=args.bootstrap, prefix=prefix, events_partitions=args.partitions)
-    print(f"prefix {prefix}, {args.events} events over {args.sessions} sessions")
-    n, secs = publish(settings, args.events, args.sessions, args.publisher)
-    print(
-        f"published {n} events with the {args.publisher} publisher in {secs:.1f} s "
-        f"({n / secs:,.0f} events/s)"
-    )
+    if args.reuse:
+        args.keep = True
+        n = backlog(settings)
+        print(f"prefix {prefix}: reusing its backlog of {n} events")
+    else:
+        print(f"prefix {prefix}, {args.events} events over {args.sessions} sessions")
+        n, secs = publish(settings, args.events, args.sessions, args.publisher)
+        print(
+            f"published {n} events with the {args.publisher} publisher in {secs:.1f} s "
+            f"({n / secs:,.0f} events/s)"
+        )
     results: dict[str, list[StageResult]] = {}
+    # consumer groups / transactional ids are per round: new ones on every reuse run
+    base = int(time.time()) % 100_000 * 10_000 if args.reuse else 0
     try:
         for r in range(args.rounds):
             runs = [
@@ -339,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
                 for b in (args.batch_size.split(",") if name.startswith("router") else ["0"])
             ]
             for k, (name, batch) in enumerate(runs):
-                res = STAGES[name](Context(settings, n, r * 100 + k, batch, args.guarantee))
+                res = STAGES[name](Context(settings, n, base + r * 100 + k, batch, args.guarantee))
                 results.setdefault(name, []).append(res)
                 print(
                     f"round {r}: {res.name:40s} {res.events} events in {res.wall_s:6.2f} s "

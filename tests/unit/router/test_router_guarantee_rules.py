@@ -326,6 +326,12 @@ class FakeConsumer:
             for tp in tps
         ]
 
+    def pause(self, tps: list[TopicPartition]) -> None:
+        self.world.log.append(("pause", tuple(tp.topic for tp in tps)))
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        pass  # (called for every newly assigned partition; nothing is paused here)
+
     def commit(self, offsets: list[TopicPartition], asynchronous: bool) -> None:
         assert asynchronous is False
         if self.world.commit_error is not None:

@@ -100,21 +100,44 @@ def test_helper_module_basenames_are_unique() -> None:
     assert clashes == {}, f"rename one of each: {clashes}"
 
 
-def test_cpu_serial_entries_name_existing_tests() -> None:
-    """Each entry of ``CPU_SERIAL`` (tests/conftest.py: the xdist group of heavy tests)
-    names a module that exists, or a test function defined in it: a renamed test must
-    not silently leave the group."""
-    tree = ast.parse((TESTS / "conftest.py").read_text())
-    entries = next(
-        ast.literal_eval(node.value)
+def test_heavy_entries_name_existing_tests() -> None:
+    """Each entry of ``HEAVY`` (tests/xdist_scopes.py: units scheduled first) and each
+    module of ``SHARED_SCOPES`` names a module that exists, or a test function defined
+    in it: a renamed test must not silently drop out of the schedule."""
+    tree = ast.parse((TESTS / "xdist_scopes.py").read_text())
+    values = {
+        t.id: ast.literal_eval(node.value)
         for node in tree.body
-        if isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == "CPU_SERIAL" for t in node.targets)
-    )
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name) and t.id in ("HEAVY", "SHARED_SCOPES")
+    }
+    entries = [*values["HEAVY"], *values["SHARED_SCOPES"]]
     stale: list[str] = []
     for entry in entries:
         module, _, test = entry.partition("::")
         path = TESTS.parent / module
         if not path.is_file() or (test and f"def {test}" not in path.read_text()):
             stale.append(entry)
-    assert entries and stale == [], f"update CPU_SERIAL in tests/conftest.py: {stale}"
+    assert entries and stale == [], f"update tests/xdist_scopes.py: {stale}"
+
+
+def test_xdist_units_keep_a_module_together_and_share_the_secured_broker() -> None:
+    """The work units of ``make test`` (tests/xdist_scopes.py): an integration module
+    is one unit (its module-scoped fixtures run once), the secured-broker modules are
+    one unit, a unit test is its own unit, heavy units are recognised."""
+    from xdist_scopes import is_heavy, scope_of
+
+    chaos = "tests/chaos/test_chaos_faults.py"
+    assert {scope_of(f"{chaos}::test_chaos_outcome[{o}]") for o in ("a", "b")} == {chaos}
+    worker = "tests/integration/test_worker.py"
+    assert scope_of(f"{worker}::test_x") == scope_of(f"{worker}::test_y") == worker
+    secure = {
+        scope_of("tests/integration/test_secure_cluster.py::test_a"),
+        scope_of("tests/integration/test_secure_replay_jobs.py::test_b"),
+    }
+    assert secure == {"secure-broker"}
+    unit = "tests/unit/test_topics.py::test_one"
+    assert scope_of(unit) == unit
+    assert scope_of("tests/unit/test_topics.py::test_one@grp") == "grp"
+    assert is_heavy(f"{chaos}::test_chaos_outcome[x]") and not is_heavy(unit)

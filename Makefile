@@ -11,7 +11,8 @@ PYTEST_TIMEOUT ?= 300
 PYTEST_ARGS ?=
 # pytest-xdist: test and integration run on PYTEST_WORKERS processes (0: one process).
 # The integration tests of all workers share one Kafka broker (tests/integration/conftest.py).
-# --dist loadgroup: tests marked xdist_group(name) stay on one worker, one after another.
+# --dist loadgroup: our scheduler (tests/xdist_scopes.py): one unit per integration module,
+# so module-scoped fixtures run once per run; heavy units first.
 PYTEST_WORKERS ?= 2
 PYTEST_DIST ?= loadgroup
 XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist $(PYTEST_DIST))

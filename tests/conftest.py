@@ -22,8 +22,10 @@ import shutil
 import subprocess
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import pytest
+from xdist_scopes import make_scheduler
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 INTEGRATION_DIR = REPO_ROOT / "tests" / "integration"
@@ -31,27 +33,15 @@ COMPOSE_FILE = REPO_ROOT / "deploy" / "docker-compose.yml"
 SHARED_DIR_ENV = "TRAJECTORY_TEST_SHARED_DIR"
 _SHARED_DIR = pytest.StashKey[Path]()
 
-#: Tests that load the CPU for tens of seconds (many events, kill/restart cycles, two
-#: workers) or that assert a generous time bound.  With ``--dist loadgroup`` (make
-#: test) they form one xdist group: they run one after another on one xdist worker, so
-#: two of them never compete for this machine's 2 cores; the other worker runs the
-#: rest meanwhile.  Node id prefixes (a module or one test).
-CPU_SERIAL_GROUP = "cpu-serial"
-CPU_SERIAL = (
-    "tests/integration/test_worker_recovery.py",
-    "tests/integration/test_worker.py::test_sigkill_mid_stream",
-    "tests/integration/test_worker.py::test_partitions_move_between_two_workers",
-    "tests/integration/test_detection.py::test_sigkill_mid_stream",
-    "tests/integration/test_detection.py::test_two_workers_publish",
-    "tests/integration/test_detection.py::test_a_restarted_worker_still_reports",
-    "tests/integration/test_router_crash.py",
-    "tests/integration/test_replay_volume.py",
-    "tests/integration/test_ingest_acceptance.py",
-    "tests/integration/test_subscriber_kafka.py::test_context_for_scans_a_large_partition",
-    "tests/chaos/test_chaos_faults.py",
-    "tests/integration/test_router_broker_restart.py",
-    "tests/integration/test_otlp_receiver.py",
-)
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """``--dist loadgroup`` (make test): one work unit per integration module (its
+    module-scoped fixtures run once per run), heavy units first: see
+    tests/xdist_scopes.py for why xdist's own ``xdist_group`` is not used."""
+    if getattr(config.option, "dist", "no") != "loadgroup":
+        return None
+    return make_scheduler(config, log)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -131,8 +121,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if INTEGRATION_DIR in Path(str(item.path)).resolve().parents:
             item.add_marker(pytest.mark.integration)
-        if item.nodeid.startswith(CPU_SERIAL):
-            item.add_marker(pytest.mark.xdist_group(CPU_SERIAL_GROUP))
         if docker_skip is not None and item.get_closest_marker("docker") is not None:
             item.add_marker(docker_skip)
     if docker_requested and docker_skip is not None:

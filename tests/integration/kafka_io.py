@@ -184,3 +184,31 @@ def live_history(settings: Settings) -> list[Any]:
 
     serde = AssessmentSerde()
     return [serde.decode(v) for _, v in read_all(settings, settings.assessment_history_topic)]
+
+
+def wait_group_shares(settings: Settings, group: str, members: int, timeout_s: float = 120) -> None:
+    """Poll until consumer group ``group`` is stable with ``members`` members that each
+    own a partition of ``<prefix>.events`` (what a fixed sleep before producing used to
+    hope for); fail naming the last description seen."""
+    from confluent_kafka import ConsumerGroupState, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    deadline = time.monotonic() + timeout_s
+    seen: Any = None
+    while time.monotonic() < deadline:
+        try:
+            seen = admin.describe_consumer_groups([group])[group].result(timeout=10)
+        except KafkaException as exc:  # the coordinator does not know it yet: poll on
+            seen = exc
+        else:
+            owners = [
+                m
+                for m in seen.members
+                if m.assignment is not None
+                and any(tp.topic == settings.events_topic for tp in m.assignment.topic_partitions)
+            ]
+            if seen.state == ConsumerGroupState.STABLE and len(owners) == members:
+                return
+        time.sleep(0.3)
+    raise AssertionError(f"group {group} never had {members} members owning events: {seen}")

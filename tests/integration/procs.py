@@ -168,7 +168,10 @@ class WorkerProc:
             return exc.code, json.loads(exc.read() or b"null")
 
     def log_tail(self) -> str:
-        self._log.flush()
+        """The last 4000 bytes of the worker's output; works after :meth:`stop` too
+        (``assert worker.stop() == 0, worker.log_tail()`` must show why, not fail)."""
+        if not self._log.closed:
+            self._log.flush()
         return self.log_path.read_bytes()[-4000:].decode("utf-8", "replace")
 
     def wait_state(self, expected: dict[str, dict[str, Any]], timeout_s: float = 90.0) -> None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_io import live_history, produce, read_all
+from kafka_io import live_history, produce, read_all, wait_group_shares
 from procs import RouterProc, WorkerProc
 
 from streams.core.engine import SessionEngine
@@ -244,7 +244,8 @@ def test_two_workers_publish_what_one_offline_engine_makes(
     a = WorkerProc(settings, tmp_path / "a")
     b = WorkerProc(settings, tmp_path / "b")
     try:
-        time.sleep(8)  # let both join the group before the backlog exists
+        # both own events partitions before the backlog exists
+        wait_group_shares(settings, f"{settings.prefix}-observer", members=2)
         produce(settings, events)
         expected = _last_seqs(events)
         deadline = time.monotonic() + 300

@@ -100,21 +100,123 @@ def test_helper_module_basenames_are_unique() -> None:
     assert clashes == {}, f"rename one of each: {clashes}"
 
 
-def test_cpu_serial_entries_name_existing_tests() -> None:
-    """Each entry of ``CPU_SERIAL`` (tests/conftest.py: the xdist group of heavy tests)
-    names a module that exists, or a test function defined in it: a renamed test must
-    not silently leave the group."""
-    tree = ast.parse((TESTS / "conftest.py").read_text())
-    entries = next(
-        ast.literal_eval(node.value)
+def test_heavy_entries_name_existing_tests() -> None:
+    """Each entry of ``HEAVY`` (tests/xdist_scopes.py: units scheduled first) and each
+    module of ``SHARED_SCOPES`` names a module that exists, or a test function defined
+    in it: a renamed test must not silently drop out of the schedule."""
+    tree = ast.parse((TESTS / "xdist_scopes.py").read_text())
+    values = {
+        t.id: ast.literal_eval(node.value)
         for node in tree.body
-        if isinstance(node, ast.Assign)
-        and any(isinstance(t, ast.Name) and t.id == "CPU_SERIAL" for t in node.targets)
-    )
+        if isinstance(node, (ast.Assign, ast.AnnAssign))
+        for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(t, ast.Name) and t.id in ("HEAVY", "SHARED_SCOPES")
+    }
+    entries = [*values["HEAVY"], *values["SHARED_SCOPES"]]
     stale: list[str] = []
     for entry in entries:
         module, _, test = entry.partition("::")
         path = TESTS.parent / module
         if not path.is_file() or (test and f"def {test}" not in path.read_text()):
             stale.append(entry)
-    assert entries and stale == [], f"update CPU_SERIAL in tests/conftest.py: {stale}"
+    assert entries and stale == [], f"update tests/xdist_scopes.py: {stale}"
+
+
+def test_xdist_units_keep_a_module_together_and_share_the_secured_broker() -> None:
+    """The work units of ``make test`` (tests/xdist_scopes.py): an integration module
+    is one unit (its module-scoped fixtures run once), the secured-broker modules are
+    one unit, a unit test is its own unit, heavy units are recognised."""
+    from xdist_scopes import is_heavy, scope_of
+
+    chaos = "tests/chaos/test_chaos_faults.py"
+    assert {scope_of(f"{chaos}::test_chaos_outcome[{o}]") for o in ("a", "b")} == {chaos}
+    worker = "tests/integration/test_worker.py"
+    assert scope_of(f"{worker}::test_x") == scope_of(f"{worker}::test_y") == worker
+    secure = {
+        scope_of("tests/integration/test_secure_cluster.py::test_a"),
+        scope_of("tests/integration/test_secure_replay_jobs.py::test_b"),
+    }
+    assert secure == {"secure-broker"}
+    unit = "tests/unit/test_topics.py::test_one"
+    assert scope_of(unit) == unit
+    assert scope_of("tests/unit/test_topics.py::test_one@grp") == "grp"
+    assert is_heavy(f"{chaos}::test_chaos_outcome[x]") and not is_heavy(unit)
+
+
+_SCHEDULED_CONFTEST = """
+import sys
+sys.path.insert(0, {tests!r})
+from xdist_scopes import make_scheduler
+
+def pytest_xdist_make_scheduler(config, log):
+    return make_scheduler(config, log)
+"""
+
+_GROUPED_CONFTEST = """
+import pytest
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config, items):
+    # what this suite did before: xdist_group marks (ignored under pytest 9)
+    for item in items:
+        if "integration" in str(item.path):
+            item.add_marker(pytest.mark.xdist_group(item.path.name))
+"""
+
+_SHARED_MODULE = """
+import os
+import pytest
+
+@pytest.fixture(scope="module")
+def pipeline():
+    with open(os.environ["SETUPS_FILE"], "a") as f:
+        f.write(os.environ.get("PYTEST_XDIST_WORKER", "-") + "\\n")
+    return object()
+
+{tests}
+"""
+
+
+def _setups_under_xdist(tmp_path: Path, conftest: str) -> list[str]:
+    """Run a two-module suite under ``-n 2 --dist loadgroup``; how often (and in
+    which xdist worker) the integration module's module-scoped fixture was set up."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(conftest.format(tests=str(TESTS)))
+    (tmp_path / "tests" / "integration").mkdir(parents=True)
+    (tmp_path / "tests" / "unit").mkdir()
+    many = "\n".join(f"def test_{i}(pipeline):\n    pass\n" for i in range(8))
+    (tmp_path / "tests" / "integration" / "test_shared.py").write_text(
+        _SHARED_MODULE.format(tests=many)
+    )
+    (tmp_path / "tests" / "unit" / "test_quick.py").write_text(
+        "\n".join(f"def test_{i}():\n    pass\n" for i in range(8))
+    )
+    setups = tmp_path / "setups.txt"
+    setups.touch()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "tests"],
+        cwd=tmp_path,
+        env={**os.environ, "SETUPS_FILE": str(setups)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0 and "16 passed" in proc.stdout, proc.stdout + proc.stderr
+    return setups.read_text().split()
+
+
+def test_make_tests_scheduler_sets_a_module_fixture_up_once(tmp_path: Path) -> None:
+    """With the suite's scheduler a module-scoped fixture (one pipeline, one chaos run
+    per module) is set up once per run, not once per xdist worker."""
+    assert len(_setups_under_xdist(tmp_path, _SCHEDULED_CONFTEST)) == 1
+
+
+def test_xdist_group_marks_alone_split_a_module(tmp_path: Path) -> None:
+    """Why tests/xdist_scopes.py exists: under this pytest/xdist pair ``xdist_group``
+    marks do not keep a module on one worker, so its module fixture runs in both.
+    If this starts failing, xdist_group works again and the scheduler can go."""
+    assert sorted(set(_setups_under_xdist(tmp_path, _GROUPED_CONFTEST))) == ["gw0", "gw1"]

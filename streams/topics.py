@@ -3,9 +3,9 @@
 Every process creates the topics it writes (the brokers we run have
 auto-creation off, so a missing ``create`` is a loud failure, not a topic with
 the wrong partition count): the SDK its session topics and ``<prefix>.control``,
-the router ``<prefix>.events``, ``.dlq`` and ``.control``, the worker its inputs
-and outputs (and, through Faust, its own changelog topics, which are not
-specified here), ``trajectory snapshot`` the snapshots topic.  They all take the
+the router ``<prefix>.events``, ``.dlq`` and ``.control``, the worker its inputs,
+outputs and table changelog topics (:func:`ensure_changelog_topics`, before Faust
+starts: docs/faust-notes.md), ``trajectory snapshot`` the snapshots topic.  They all take the
 spec of a topic kind from here and create it with :func:`ensure_topics`, so
 two processes racing to create the same topic create the same one.
 
@@ -214,6 +214,65 @@ def worker_topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
+# ------------------------------------------------------------------ the worker's changelogs
+
+
+def worker_app_id(settings: Settings) -> str:
+    """The worker's Faust app id (and consumer group); it prefixes the changelog topics."""
+    return f"{settings.prefix}-observer"
+
+
+def changelog_topic(settings: Settings, table: str) -> str:
+    """``<prefix>-observer-<table>-changelog``: the name Faust gives a table's changelog."""
+    return f"{worker_app_id(settings)}-{table}-changelog"
+
+
+def changelog_topic_spec(settings: Settings, table: str, partitions: int) -> TopicSpec:
+    """A worker table's changelog topic, exactly as Faust declares it.
+
+    Faust (``Table._new_changelog_topic`` -> aiokafka ``Transport._topic_config``)
+    creates a non-windowed table's changelog with ``cleanup.policy=compact`` and no
+    other config (so ``max.message.bytes`` is the broker's default, unlike our other
+    topics), the table's partitions and ``topic_replication_factor`` (:data:`WORKER_RF`).
+    Same spec, so a topic created here and one Faust created before are the same.
+
+    Invariant: ``partitions`` is the partition count of ``<prefix>.events`` (tables
+    are co-partitioned with it).
+    """
+    return TopicSpec(
+        changelog_topic(settings, table), partitions, {"cleanup.policy": _COMPACT}, WORKER_RF
+    )
+
+
+def changelog_topic_specs(
+    settings: Settings, tables: Iterable[str], partitions: int
+) -> list[TopicSpec]:
+    """:func:`changelog_topic_spec` of every table in ``tables``."""
+    return [changelog_topic_spec(settings, t, partitions) for t in tables]
+
+
+def uncovered_partitions(
+    assigned: Iterable[tuple[str, int]], source_topic: str, changelog_topics: Iterable[str]
+) -> dict[str, list[int]]:
+    """Changelog partitions an assignment lacks: ``{changelog topic: [partitions]}``.
+
+    Why: the tables are co-partitioned with ``source_topic`` and the worker runs
+    without standbys, so a member assigned ``source_topic[p]`` must also hold
+    partition ``p`` of every changelog topic.  Faust's assignor silently leaves out
+    a topic missing from the cluster metadata ("Ignoring missing topic"); a worker
+    assigned its source partitions without them never gets its tables
+    (docs/faust-notes.md).  Empty when the assignment is whole.
+    """
+    pairs = set(assigned)
+    sources = {p for t, p in pairs if t == source_topic}
+    missing: dict[str, list[int]] = {}
+    for topic in changelog_topics:
+        lacking = sorted(sources - {p for t, p in pairs if t == topic})
+        if lacking:
+            missing[topic] = lacking
+    return missing
+
+
 # ------------------------------------------------------------------ creating them
 
 
@@ -370,6 +429,93 @@ def ensure_worker_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
         time.sleep(0.1)
 
 
+def wait_for_topics(
+    admin: Any, expected: Mapping[str, int], *, bootstrap: str, timeout_s: float = 30.0
+) -> None:
+    """Poll the metadata until every topic in ``expected`` is listed, without error,
+    with that many partitions, each with a leader; else :class:`BrokerError`.
+
+    Why: a created topic reaches a broker's metadata cache asynchronously (KRaft
+    brokers apply the metadata log behind the controller), and a consumer group
+    assigned meanwhile leaves the topic out (docs/faust-notes.md).
+    """
+    deadline = time.monotonic() + timeout_s
+    while True:
+        md = admin.list_topics(timeout=timeout_s)  # never topic=...: it may auto-create
+        lacking: dict[str, str] = {}
+        for name, want in expected.items():
+            topic = md.topics.get(name)
+            if topic is None or topic.error is not None:
+                lacking[name] = "not in the metadata" if topic is None else str(topic.error)
+                continue
+            led = [p for p in topic.partitions.values() if p.leader >= 0 and p.error is None]
+            if len(topic.partitions) != want or len(led) != want:
+                lacking[name] = f"{len(led)} of {want} partitions with a leader"
+        if not lacking:
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"topics not ready in the cluster metadata of {bootstrap} {timeout_s} s "
+                "after creation: "
+                + "; ".join(f"{n!r}: {why}" for n, why in sorted(lacking.items()))
+                + " (is every broker up? is the controller quorum healthy?)"
+            )
+        time.sleep(0.1)
+
+
+def ensure_changelog_topics(
+    settings: Settings, tables: Iterable[str], partitions: int, *, timeout_s: float = 30.0
+) -> list[str]:
+    """Create the worker's missing table changelog topics and wait until the cluster
+    metadata lists every one with all ``partitions``; return the names created now.
+
+    Why (docs/faust-notes.md, "Changelog topics are created before Faust starts"):
+    Faust creates them itself while starting and subscribes right after; a topic not
+    yet in the metadata when the group assigns is left out ("Ignoring missing
+    topic") and the worker then idles with no table partitions until aiokafka's
+    next metadata refresh (5 minutes).  Called before Faust starts, so Faust finds
+    them and its own declare is a no-op.
+
+    An existing changelog topic with another partition count than ``partitions``
+    (``<prefix>.events``) raises :class:`ConfigError`: the tables would not be
+    co-partitioned with their source.
+    """
+    from confluent_kafka import KafkaException
+
+    admin = admin_client(settings)
+    specs = changelog_topic_specs(settings, tables, partitions)
+    try:
+        md = admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerError(
+            f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"
+        ) from exc
+    for s in specs:
+        topic = md.topics.get(s.name)
+        found = 0 if topic is None or topic.error is not None else len(topic.partitions)
+        if found and found != partitions:
+            raise ConfigError(
+                "partitions",
+                f"changelog topic {s.name!r} has {found} partitions but "
+                f"{settings.events_topic!r} has {partitions}; tables must be "
+                "co-partitioned with it (use a new --prefix, or recreate the changelog "
+                "topics with as many partitions as the events topic)",
+            )
+    created = ensure_topics(
+        admin,
+        [s for s in specs if s.name not in md.topics or md.topics[s.name].error is not None],
+        bootstrap=settings.bootstrap,
+        timeout_s=timeout_s,
+    )
+    wait_for_topics(
+        admin,
+        {s.name: partitions for s in specs},
+        bootstrap=settings.bootstrap,
+        timeout_s=timeout_s,
+    )
+    return created
+
+
 __all__ = [
     "BROKER_DEFAULT_RF",
     "SESSION_SEGMENT_INDEX_BYTES",
@@ -379,8 +525,12 @@ __all__ = [
     "admin_client",
     "assessment_history_topic_spec",
     "assessments_topic_spec",
+    "changelog_topic",
+    "changelog_topic_spec",
+    "changelog_topic_specs",
     "control_topic_spec",
     "dlq_topic_spec",
+    "ensure_changelog_topics",
     "ensure_snapshots_topic",
     "ensure_topics",
     "ensure_worker_topics",
@@ -390,5 +540,8 @@ __all__ = [
     "router_topic_specs",
     "session_topic_spec",
     "snapshots_topic_spec",
+    "uncovered_partitions",
+    "wait_for_topics",
+    "worker_app_id",
     "worker_topic_specs",
 ]

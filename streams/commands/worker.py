@@ -175,7 +175,7 @@ def run(args: argparse.Namespace) -> int:
     # (measured: docs/faust-notes.md "Garbage collection").
     gc.set_threshold(10_000, 50, 100)
     from streams.settings import Settings
-    from streams.topics import ensure_worker_topics
+    from streams.topics import ensure_changelog_topics, ensure_worker_topics
 
     settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
     engine_config = None
@@ -202,6 +202,9 @@ def run(args: argparse.Namespace) -> int:
         ),
     )
     worker_app = create_app(settings, config)
+    # Before Faust starts: a changelog topic not yet in the metadata when the group
+    # assigns leaves the worker without its tables (docs/faust-notes.md).
+    ensure_changelog_topics(settings, worker_app.table_names, partitions)
     print(
         f"trajectory worker: {settings.events_topic} ({partitions} partitions) on "
         f"{settings.bootstrap}, store {args.store}"

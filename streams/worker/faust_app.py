@@ -38,8 +38,10 @@ from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
 
 from streams.core.events import TraceEvent
-from streams.errors import ConfigError, FlushError
+from streams.errors import BrokerError, ConfigError, FlushError
 from streams.settings import Settings
+from streams.topics import changelog_topic as _changelog_topic
+from streams.topics import uncovered_partitions, worker_app_id
 from streams.worker.batch import EventBatchHandler
 from streams.worker.config import STORES, WorkerConfig
 from streams.worker.metrics import WorkerMetrics
@@ -59,12 +61,13 @@ Decoder = Callable[[bytes], TraceEvent]
 
 
 def app_id(settings: Settings) -> str:
-    """Faust app id; it prefixes the changelog topics (``<app_id>-<table>-changelog``)."""
-    return f"{settings.prefix}-observer"
+    """Faust app id; it prefixes the changelog topics (``<app_id>-<table>-changelog``).
+    The names are owned by :mod:`streams.topics`, which creates those topics."""
+    return worker_app_id(settings)
 
 
 def changelog_topic(settings: Settings, table: str) -> str:
-    return f"{app_id(settings)}-{table}-changelog"
+    return _changelog_topic(settings, table)
 
 
 def broker_urls(bootstrap: str) -> str:
@@ -468,6 +471,13 @@ class WorkerApp:
     events_topic: Any
     metrics: WorkerMetrics | None = None
 
+    @property
+    def table_names(self) -> tuple[str, ...]:
+        """The tables this app has (``engines`` only with the engine): their changelog
+        topics are created before Faust starts (``streams.topics.ensure_changelog_topics``)."""
+        names = (SESSIONS_TABLE, BUDGETS_TABLE, MINUTES_TABLE)
+        return names if self.engines is None else (*names, ENGINES_TABLE)
+
 
 def create_app(settings: Settings, config: WorkerConfig | None = None) -> WorkerApp:
     """Build a worker app from ``settings`` (where Kafka is, topic names) and ``config``
@@ -625,9 +635,29 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         if n:
             await app.producer.flush()
 
+    changelogs = [changelog_topic(settings, name) for name in flusher.tables]
+
     @app.on_partitions_assigned.connect  # type: ignore[arg-type]
     async def _on_assigned(sender: Any, assigned: Any, **kwargs: Any) -> None:
         processor.drop_caches()  # raises if anything is unflushed (cannot happen after revoke)
+        # Faust's assignor leaves out a topic missing from the metadata ("Ignoring
+        # missing topic"): events partitions without their table partitions would
+        # idle until the next metadata refresh.  Fail loudly instead (Faust crashes the
+        # app on an exception here: exit code 1, a restart rejoins with fresh metadata).
+        missing = uncovered_partitions(
+            ((tp.topic, tp.partition) for tp in assigned), settings.events_topic, changelogs
+        )
+        if missing:
+            exc = BrokerError(
+                f"assigned {settings.events_topic!r} partitions without their table "
+                "changelog partitions "
+                + "; ".join(f"{t!r}: {p}" for t, p in sorted(missing.items()))
+                + " (the changelog topics were not in the cluster metadata when the group "
+                "assigned: check they exist with as many partitions as the events topic, "
+                "then restart the worker)"
+            )
+            log.critical("%s; stopping the worker", exc)
+            raise exc
 
     if encoder is not None and timer_interval_s:
 

@@ -16,6 +16,8 @@ from streams.topics import (
     TopicSpec,
     assessment_history_topic_spec,
     assessments_topic_spec,
+    changelog_topic_spec,
+    changelog_topic_specs,
     control_topic_spec,
     dlq_topic_spec,
     events_topic_spec,
@@ -24,6 +26,7 @@ from streams.topics import (
     router_topic_specs,
     session_topic_spec,
     snapshots_topic_spec,
+    uncovered_partitions,
     worker_topic_specs,
 )
 
@@ -161,3 +164,41 @@ def test_the_creator_scan_can_fail(tmp_path: Path) -> None:
     (pkg / "topics.py").write_text("from confluent_kafka.admin import NewTopic\n")
     (pkg / "rogue.py").write_text("def f(admin):\n    admin.create_topics([])\n")
     assert creators_outside_the_owner(pkg) == ["streams/rogue.py:2"]
+
+
+# ------------------------------------------------------------------ the worker's changelogs
+
+
+def test_changelog_specs_are_what_faust_declares(settings: Settings) -> None:
+    """Name as Faust derives it, the events partition count, compacted, unreplicated,
+    and no other config (Faust sets none: the broker's max.message.bytes applies)."""
+    from streams.worker.faust_app import app_id, changelog_topic
+
+    specs = changelog_topic_specs(settings, ["sessions", "engines"], 4)
+    assert [s.name for s in specs] == [
+        "t-observer-sessions-changelog",
+        "t-observer-engines-changelog",
+    ]
+    assert [s.name for s in specs] == [
+        changelog_topic(settings, "sessions"),
+        f"{app_id(settings)}-engines-changelog",
+    ]
+    for spec in specs:
+        assert spec.partitions == 4
+        assert spec.replication_factor == 1
+        assert dict(spec.config) == {"cleanup.policy": "compact"}
+    assert changelog_topic_spec(settings, "minutes", 2).partitions == 2
+
+
+def test_uncovered_partitions_names_what_the_assignment_lacks() -> None:
+    src, a, b = "t.events", "t-observer-a-changelog", "t-observer-b-changelog"
+    whole = [(src, 0), (src, 2), (a, 0), (a, 2), (b, 0), (b, 2)]
+    assert uncovered_partitions(whole, src, [a, b]) == {}
+    # the race: the changelog topics were left out of the assignment
+    assert uncovered_partitions([(src, 0), (src, 2)], src, [a, b]) == {a: [0, 2], b: [0, 2]}
+    assert uncovered_partitions([(src, 0), (src, 2), (a, 0), (b, 2)], src, [a, b]) == {
+        a: [2],
+        b: [0],
+    }
+    # no source partition (more workers than partitions): nothing is lacking
+    assert uncovered_partitions([], src, [a, b]) == {}

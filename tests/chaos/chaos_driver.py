@@ -130,6 +130,10 @@ class ChaosResult:
     #: inputs dead-lettered more than once with differing content (a consumer
     #: cannot tell which is right); identical repeats are allowed
     dlq_conflicting_duplicates: int = 0
+    #: for up to 3 such inputs: the input's class and, per differing record, its
+    #: dlq.source.* (None when matched by value digest), class, reason and value
+    #: digest, so a failure says what differed
+    dlq_conflict_examples: list[str] = field(default_factory=list)
     dlq_other_records: int = 0
     abuse_sessions_wrong: list[str] = field(default_factory=list)
     compare_live_rc: int | None = None
@@ -873,6 +877,7 @@ def _collect(
     # offset commit writes it again) is told apart by its dlq.source.*; it is
     # allowed when identical (value, reason, class), like an output repeat
     contents: dict[int, set[tuple[bytes, bytes, bytes]]] = {}
+    described: dict[int, list[str]] = {}
     with_reason: set[int] = set()
     for m in _read_topic(settings.bootstrap, settings.dlq_topic):
         headers = {k: (v or b"") for k, v in (m.headers() or [])}
@@ -891,13 +896,27 @@ def _collect(
             result.dlq_other_records += 1
             continue
         seen[idx] += 1
-        contents.setdefault(idx, set()).add(
-            (m.value() or b"", headers.get(DLQ_REASON, b""), headers.get("dlq.error_class", b""))
+        content = (
+            m.value() or b"",
+            headers.get(DLQ_REASON, b""),
+            headers.get("dlq.error_class", b""),
         )
+        if content not in contents.setdefault(idx, set()):
+            contents[idx].add(content)
+            described.setdefault(idx, []).append(
+                f"source={source} at {m.topic()}[{m.partition()}]@{m.offset()} "
+                f"class={content[2].decode(errors='replace')!r} "
+                f"reason={content[1].decode(errors='replace')[:160]!r} "
+                f"value sha1={hashlib.sha1(content[0]).hexdigest()[:12]}"
+            )
         if headers.get(DLQ_REASON, b"").strip():
             with_reason.add(idx)
     result.dlq_duplicates = sum(c - 1 for c in seen.values() if c > 1)
     result.dlq_conflicting_duplicates = sum(1 for c in contents.values() if len(c) > 1)
+    for idx in sorted(i for i, c in contents.items() if len(c) > 1)[:3]:
+        result.dlq_conflict_examples.append(
+            f"input #{idx} ({dlq_items[idx].kind}): " + " | ".join(described[idx])
+        )
     result.dlq_matched_with_reason = len(with_reason)
     result.dlq_matched_without_reason = len(set(seen) - with_reason)
     missing: Counter[str] = Counter()

@@ -41,6 +41,7 @@ def every_malformed_input_dead_lettered(r: ChaosResult) -> str | None:
         f"{r.dlq_matched_with_reason}/{r.dlq_expected} in the DLQ with a reason "
         f"({100 * r.dlq_share:.1f}%), missing by class {r.dlq_missing_by_class}, "
         f"{r.dlq_conflicting_duplicates} inputs dead-lettered twice with differing content"
+        + "".join(f"\n  {example}" for example in r.dlq_conflict_examples)
     )
 
 

@@ -93,6 +93,7 @@ def test_sigterm_mid_stream_exits_zero_promptly_and_keeps_state(
     print("SIGTERM to exit (s):", [round(d, 1) for d in durations])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sigterm_during_startup_and_recovery_exits_zero_promptly(
     settings: Settings, tmp_path: Path
@@ -141,6 +142,7 @@ def test_sigterm_during_startup_and_recovery_exits_zero_promptly(
     print("(delay, SIGTERM to exit) s:", durations)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_sigterm_after_the_group_expelled_a_stalled_worker_exits_zero_promptly(
     settings: Settings, tmp_path: Path

@@ -33,7 +33,8 @@ Examples:
       # static group member: restarted after a crash (same id and --web-port) it
       # takes its partitions back at once (docs/guarantees.md "Restarts")
 
-Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly.
+Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly; a stop that
+takes longer than --stop-timeout is logged with every stack and ends with exit code 70.
 """
 
 from __future__ import annotations
@@ -129,6 +130,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--http-tls-key", help="key of --http-tls-cert (env TRAJECTORY_HTTP_TLS_KEY)"
     )
     parser.add_argument(
+        "--stop-timeout",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="a stop (SIGTERM/SIGINT, or a crash) that takes longer than this is logged "
+        "with the stack of every thread and task and ends with exit code 70, like a crash "
+        "(safe: events after the last commit are re-applied on restart); default 30",
+    )
+    parser.add_argument(
         "--loglevel",
         default="warning",
         choices=("debug", "info", "warning", "error"),
@@ -158,13 +168,14 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
 def run(args: argparse.Namespace) -> int:
     try:
         config = worker_config(args)
+        from streams.worker.shutdown import check_stop_timeout
+
+        check_stop_timeout(args.stop_timeout)
     except ConfigError as exc:
         print(f"trajectory worker: {exc}", file=sys.stderr)
         return 2
 
     import gc
-
-    import faust
 
     from streams.worker.faust_app import create_app
 
@@ -212,7 +223,15 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    worker = faust.Worker(worker_app.app, loglevel=args.loglevel.upper(), quiet=True)
+    from streams.worker.shutdown import BoundedStopWorker
+
+    # a stop that hangs is logged with every stack and ends (docs/faust-notes.md "Shutdown")
+    worker = BoundedStopWorker(
+        worker_app.app,
+        loglevel=args.loglevel.upper(),
+        quiet=True,
+        stop_timeout_s=args.stop_timeout,
+    )
     # With loglevel >= WARNING Faust's terminal spinner sets the *root logger* to DEBUG
     # (faust/worker.py::_setup_spinner_handler), so every aiokafka/Faust debug record
     # is built per message: ~half of the worker's CPU.  No spinner, no DEBUG root.

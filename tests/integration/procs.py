@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -196,8 +197,25 @@ class WorkerProc:
         try:
             code = self.proc.wait(timeout_s)
         except subprocess.TimeoutExpired:
-            self.proc.kill()
-            code = self.proc.wait(10)
+            # Hung: show where before killing it.  py-spy (if installed) dumps the
+            # threads even when the event loop is blocked; SIGUSR1 makes mode log the
+            # stack of every thread and asyncio task (mode.Worker._on_sigusr1 -> cry).
+            self._log.flush()
+            spy = shutil.which("py-spy")
+            if spy:
+                subprocess.run(
+                    [spy, "dump", "--pid", str(self.proc.pid)],
+                    stdout=self._log,
+                    stderr=subprocess.STDOUT,
+                    timeout=30,
+                    check=False,
+                )
+            self.proc.send_signal(signal.SIGUSR1)
+            try:
+                code = self.proc.wait(3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                code = self.proc.wait(10)
         self._log.close()
         return code
 

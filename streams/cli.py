@@ -3,9 +3,10 @@
 
 Exit codes (:mod:`streams.errors`, docs/errors.md): 0 ok; 1 the command ran and found
 a failure (e.g. ``eval`` verdict fail), or an internal error; 2 bad usage or input (a
-:class:`~streams.errors.UsageError`, or an argparse error); 3 the router's stop grace
-ran out after SIGTERM; 4 Kafka I/O failed (a :class:`~streams.errors.KafkaIOError`:
-broker down or unreachable, a write not acknowledged, a read that failed).
+:class:`~streams.errors.UsageError`, or an argparse error); 3 a router's or worker's
+stop ran out of its grace after SIGTERM; 4 Kafka I/O failed (a
+:class:`~streams.errors.KafkaIOError`: broker down or unreachable, a write not
+acknowledged, a read that failed).
 """
 
 from __future__ import annotations
@@ -73,8 +74,8 @@ TRAJECTORY_SCHEMA_REGISTRY_URL, TRAJECTORY_PRIVACY (full|summary).  TLS/SASL:
 Run `trajectory COMMAND --help` for each command's options and examples.
 
 Exit codes: 0 ok; 1 the command found a failure (eval verdict, broker status down)
-or an internal error; 2 bad usage or input (flag, config, event, file); 3 router
-stop grace ran out after SIGTERM; 4 Kafka I/O failed (broker down or unreachable,
+or an internal error; 2 bad usage or input (flag, config, event, file); 3 a router's
+or worker's stop ran out of its grace after SIGTERM; 4 Kafka I/O failed (broker down or unreachable,
 a write not acknowledged): retrying later may help.  docs/errors.md has the tree.
 """
 

@@ -65,7 +65,8 @@ EXIT_OK: Final = 0
 EXIT_FAILURE: Final = 1
 #: Bad usage or input (:class:`UsageError`, or an argparse error).
 EXIT_USAGE: Final = 2
-#: The router's stop grace ran out after SIGTERM (``streams.commands.router``).
+#: A stop ran out of its grace after SIGTERM (``trajectory router``; ``trajectory
+#: worker --stop-timeout``).
 EXIT_STOP_TIMEOUT: Final = 3
 #: Kafka I/O failed (:class:`KafkaIOError`): the broker is down, slow or refused a write.
 EXIT_IO: Final = 4

@@ -251,7 +251,18 @@ def run(args: argparse.Namespace) -> int:
         router = _spawn(["router", *common], workdir / "router.log")
         procs.append(("router", router))
         worker = _spawn(
-            ["worker", *common, "--data-dir", str(workdir / "worker"), "--web-port", str(web_port)],
+            [
+                "worker",
+                *common,
+                "--data-dir",
+                str(workdir / "worker"),
+                "--web-port",
+                str(web_port),
+                # below _stop's 20 s: a stop that hangs dumps its stacks into
+                # worker.log (exit 70) before the demo would kill it blind
+                "--stop-timeout",
+                "15",
+            ],
             workdir / "worker.log",
         )
         procs.append(("worker", worker))

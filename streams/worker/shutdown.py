@@ -37,14 +37,14 @@ from typing import Any, TextIO
 
 import faust
 
-from streams.errors import ConfigError
+from streams.errors import EXIT_STOP_TIMEOUT, ConfigError
 
 log = logging.getLogger(__name__)
 
 #: Default budget from the start of a stop to the end of the process.
 DEFAULT_STOP_TIMEOUT_S = 30.0
-#: Exit code of a stop that exceeded its budget (EX_SOFTWARE): not 0, not a signal.
-STOP_TIMEOUT_EXIT_CODE = 70
+#: Exit code of a stop that exceeded its budget: the router's for the same case.
+STOP_TIMEOUT_EXIT_CODE = EXIT_STOP_TIMEOUT
 
 
 def check_stop_timeout(seconds: float) -> float:

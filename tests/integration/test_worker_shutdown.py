@@ -61,7 +61,7 @@ def test_sigterm_mid_stream_exits_zero_promptly_and_keeps_state(
     data = tmp_path / "data"
     durations: list[float] = []
     for round_ in range(3):
-        # a stop past 20 s ends with exit code 70 and every stack in the log
+        # a stop past 20 s ends with exit code 3 and every stack in the log
         worker = WorkerProc(settings, data, extra=("--stop-timeout", "20"))
         start_applied = None
         try:

@@ -1,5 +1,5 @@
 """ShutdownWatchdog: a stop past its budget is logged with every stack and ends the
-process with exit code 70 (the exit is a recording fake here; the real one is
+process with exit code 3 (the exit is a recording fake here; the real one is
 os._exit, used by tests/integration/test_worker_shutdown.py's workers)."""
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ class _Exit:
         self.called.set()
 
 
-def test_a_stop_past_its_budget_dumps_threads_and_tasks_and_exits_70() -> None:
+def test_a_stop_past_its_budget_dumps_threads_and_tasks_and_exits_3() -> None:
     out = io.StringIO()
     exit_ = _Exit()
 

@@ -121,7 +121,8 @@ def _start_offsets(settings: Settings, topic: str, since_ms: int) -> dict[int, i
     (the high watermark where there is none)."""
     from confluent_kafka import TopicPartition
 
-    from streams.lifecycle import admin_client, reader, topic_partitions
+    from streams.lifecycle import reader, topic_partitions
+    from streams.topics import admin_client
 
     parts = topic_partitions(admin_client(settings), topic, settings=settings)
     consumer = reader(settings)
@@ -192,7 +193,8 @@ def read_items(settings: Settings, kind: str, *, since: int | None = None) -> li
 def announced_parents(settings: Settings) -> dict[str, str | None]:
     """session -> parent from the SDK's announcements on ``<prefix>.control``
     (empty when that topic does not exist)."""
-    from streams.lifecycle import admin_client, scan_topic
+    from streams.lifecycle import scan_topic
+    from streams.topics import admin_client
 
     topic = settings.control_topic
     md = admin_client(settings).list_topics(timeout=15.0)  # no topic=: that may auto-create it

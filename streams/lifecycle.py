@@ -40,9 +40,10 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from streams.core.events import TraceEvent
-from streams.errors import BrokerError, ConfigError, DeliveryError
+from streams.errors import ConfigError, DeliveryError
 from streams.security import client_config
 from streams.settings import Settings
+from streams.topics import admin_client, cluster_metadata
 
 #: Archive file formats ``trajectory topics gc --archive-format`` knows.
 ARCHIVE_FORMATS: Final[tuple[str, ...]] = ("jsonl", "avro")
@@ -87,15 +88,6 @@ def parse_duration(text: str, *, name: str = "--idle-for") -> int:
 # ------------------------------------------------------------------ clients
 
 
-def admin_client(settings: Settings) -> Any:
-    """A confluent-kafka ``AdminClient`` for ``settings.bootstrap``."""
-    from confluent_kafka.admin import AdminClient
-
-    return AdminClient(
-        {"bootstrap.servers": settings.bootstrap, **client_config(settings.security)}
-    )
-
-
 def reader(settings: Settings, **extra: Any) -> Any:
     """A consumer for assign()-based reads: no group membership, nothing committed.
 
@@ -122,16 +114,8 @@ def topic_partitions(
     admin: Any, topic: str, *, settings: Settings, timeout_s: float = 15.0
 ) -> list[int]:
     """Partition ids of ``topic``; :class:`ConfigError` (naming the prefix) if it does not exist."""
-    from confluent_kafka import KafkaException
 
-    try:
-        # Never list_topics(topic=...): on a broker with auto-creation on, that
-        # metadata request creates the topic (with the wrong config).
-        md = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise BrokerError(
-            f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"
-        ) from exc
+    md = cluster_metadata(admin, settings, timeout_s=timeout_s)
     tmd = md.topics.get(topic)
     if tmd is None or tmd.error is not None or not tmd.partitions:
         raise ConfigError(
@@ -342,17 +326,11 @@ def list_session_topics(
 ) -> list[SessionTopic]:
     """Session topics of ``settings.prefix`` (session ids matching the glob
     ``pattern`` when given), sorted by session id."""
-    from confluent_kafka import KafkaException
 
     from streams.serde import EventSerde
 
     admin = admin_client(settings)
-    try:
-        md = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise BrokerError(
-            f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"
-        ) from exc
+    md = cluster_metadata(admin, settings, timeout_s=timeout_s)
     names: list[tuple[str, str]] = []
     for t in md.topics:
         sid = session_id_of(settings, t)

@@ -255,8 +255,9 @@ def _last_event(settings: Settings, session_id: str) -> TraceEvent | None:
     """The newest event of a session topic (None if it never had one)."""
     from confluent_kafka import TopicPartition
 
-    from streams.lifecycle import admin_client, reader
+    from streams.lifecycle import reader
     from streams.serde import EventSerde
+    from streams.topics import admin_client
 
     topic = settings.session_topic(session_id)
     md = admin_client(settings).list_topics(timeout=15.0)  # no topic=: that may auto-create it

@@ -285,6 +285,22 @@ def admin_client(settings: Settings) -> Any:
     )
 
 
+def cluster_metadata(admin: Any, settings: Settings, *, timeout_s: float = 15.0) -> Any:
+    """The cluster's metadata (every topic), or :class:`BrokerError` naming the bootstrap
+    setting.  Never ``list_topics(topic=...)``: on a broker with auto-creation on, that
+    metadata request creates the topic with broker defaults."""
+    from confluent_kafka import KafkaException
+
+    try:
+        return admin.list_topics(timeout=timeout_s)
+    except KafkaException as exc:
+        raise BrokerError.from_kafka(
+            f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}",
+            exc,
+            retriable=True,  # nothing answered in time: a later try may reach it
+        ) from exc
+
+
 def ensure_topics(
     admin: Any,
     specs: Iterable[TopicSpec],
@@ -393,16 +409,10 @@ def ensure_worker_topics(settings: Settings, *, timeout_s: float = 15.0) -> int:
     missing, and otherwise adopts the partition count the topic already has.  Faust
     does not create non-internal topics it sends to either, hence the DLQ.
     """
-    from confluent_kafka import KafkaException
 
     admin = admin_client(settings)
     name = settings.events_topic
-    try:
-        md = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise BrokerError(
-            f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"
-        ) from exc
+    md = cluster_metadata(admin, settings, timeout_s=timeout_s)
     ensure_topics(
         admin,
         [
@@ -480,16 +490,10 @@ def ensure_changelog_topics(
     (``<prefix>.events``) raises :class:`ConfigError`: the tables would not be
     co-partitioned with their source.
     """
-    from confluent_kafka import KafkaException
 
     admin = admin_client(settings)
     specs = changelog_topic_specs(settings, tables, partitions)
-    try:
-        md = admin.list_topics(timeout=timeout_s)
-    except KafkaException as exc:
-        raise BrokerError(
-            f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): {exc}"
-        ) from exc
+    md = cluster_metadata(admin, settings, timeout_s=timeout_s)
     for s in specs:
         topic = md.topics.get(s.name)
         found = 0 if topic is None or topic.error is not None else len(topic.partitions)
@@ -528,6 +532,7 @@ __all__ = [
     "changelog_topic",
     "changelog_topic_spec",
     "changelog_topic_specs",
+    "cluster_metadata",
     "control_topic_spec",
     "dlq_topic_spec",
     "ensure_changelog_topics",

@@ -51,6 +51,7 @@ HEAVY = (
     "tests/integration/test_router_broker_restart.py",
     "tests/integration/test_otlp_receiver.py",
     "tests/integration/test_secure_cluster.py",
+    "tests/integration/test_worker_shutdown.py",
 )
 
 #: Directories whose modules are one unit each (module-scoped fixtures live there).

@@ -139,3 +139,20 @@ def test_py_typed_is_in_the_package_and_in_its_package_data() -> None:
     assert resources.files("streams").joinpath("py.typed").is_file()
     raw = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert "py.typed" in raw["tool"]["setuptools"]["package-data"]["streams"]
+
+
+def test_importing_the_error_tree_or_the_broker_does_not_load_the_core() -> None:
+    """``streams.core`` loads its names on first use: ``import streams.broker`` (which
+    needs only ``streams.errors``, i.e. ``streams.core.errors``) used to load 28 core
+    modules through the package's eager ``__init__`` (issue #14)."""
+    script = (
+        "import json, sys\n"
+        "import streams.broker, streams.errors\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.startswith('streams.core'))))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    loaded = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert loaded == ["streams.core", "streams.core.errors"]

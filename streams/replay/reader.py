@@ -131,6 +131,28 @@ class ReadStats:
         return self.records / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
 
+def cluster_topics(
+    bootstrap: str, *, security: SecurityConfig | None = None, timeout_s: float = 30.0
+) -> set[str]:
+    """The names of every topic on the cluster, or :class:`ReplayReadError` (I/O: CLI
+    exit 4, not 2) when the broker cannot be reached or refuses.
+
+    ``security``: as for :func:`session_topics` (None: the process-wide setting)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
+    try:
+        return set(admin.list_topics(timeout=timeout_s).topics)
+    except KafkaException as exc:
+        raise ReplayReadError.from_kafka(
+            f"cannot list topics on {bootstrap} (--bootstrap / KAFKA_BOOTSTRAP; is the "
+            f"broker up?): {exc}",
+            exc,
+            retriable=True,
+        ) from exc
+
+
 def session_topics(
     bootstrap: str,
     prefix: str,
@@ -149,8 +171,6 @@ def session_topics(
     an exact ``session`` must exist.  Raises :class:`ConfigError` naming the flag
     when nothing matches, since an empty replay is almost always a typo.
     """
-    from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     from streams.settings import check_session_id
 
@@ -159,17 +179,7 @@ def session_topics(
             "--session/--sessions", "give exactly one of --session ID or --sessions GLOB"
         )
     base = f"{prefix}.session."
-    admin = AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
-    try:
-        topics = admin.list_topics(timeout=timeout_s).topics
-    except KafkaException as exc:
-        # an unreachable or refusing broker is I/O, not a wrong flag (CLI exit 4, not 2)
-        raise ReplayReadError.from_kafka(
-            f"cannot list topics on {bootstrap} (--bootstrap / KAFKA_BOOTSTRAP; is the "
-            f"broker up?): {exc}",
-            exc,
-            retriable=True,
-        ) from exc
+    topics = cluster_topics(bootstrap, security=security, timeout_s=timeout_s)
     if session is not None:
         name = base + check_session_id(session)
         if name not in topics:

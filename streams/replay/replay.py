@@ -29,7 +29,7 @@ from streams.core.events import TraceEvent
 from streams.errors import InvalidEventError
 from streams.importers.offline import OfflineAnalyzer
 from streams.router.validate import event_error
-from streams.security import SecurityConfig, client_config
+from streams.security import SecurityConfig
 from streams.serde import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 
 if TYPE_CHECKING:
@@ -482,13 +482,10 @@ def read_live(
     value is then True) when that topic exists, else from the compacted
     ``<prefix>.assessments`` (False: older ones may have been compacted away).
     """
-    from confluent_kafka.admin import AdminClient
-
-    from streams.replay.reader import TopicReader
+    from streams.replay.reader import TopicReader, cluster_topics
 
     history = f"{prefix}.assessment-history"
-    admin = AdminClient({"bootstrap.servers": bootstrap, **client_config(security)})
-    existing = admin.list_topics(timeout=timeout_s).topics
+    existing = cluster_topics(bootstrap, security=security, timeout_s=timeout_s)
     complete = history in existing
     patterns = list(
         TopicReader(

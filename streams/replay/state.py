@@ -201,14 +201,14 @@ def read_changelogs(
     ``session_ids`` (and their minute keys) are kept when given.  A tombstone
     (value None) deletes its key.
     """
-    from confluent_kafka.admin import AdminClient
-
-    from streams.replay.reader import TopicReader
+    from streams.replay.reader import TopicReader, cluster_topics
     from streams.settings import Settings
     from streams.worker.faust_app import changelog_topic
 
     settings = Settings(bootstrap=bootstrap, prefix=prefix)
-    existing = AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=timeout_s).topics
+    # the process-wide credential, as the TopicReader below (the admin client had
+    # none: on a secured cluster the listing failed with a raw KafkaException)
+    existing = cluster_topics(bootstrap, timeout_s=timeout_s)
     wanted = None if session_ids is None else {s.encode("utf-8") for s in session_ids}
     tables: Tables = {t: {} for t in TABLES}
     missing: list[str] = []

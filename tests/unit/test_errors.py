@@ -195,3 +195,14 @@ def test_exit_code_maps_each_branch() -> None:
     assert exit_code(errors.BrokerError("down")) == 4
     assert exit_code(errors.FlushError([])) == 1
     assert exit_code(RuntimeError("x")) == 1
+
+
+def test_compare_live_reading_changelogs_from_an_unreachable_kafka_is_a_read_error() -> None:
+    """``read_changelogs`` listed topics with a bare ``KafkaException`` escaping (a
+    traceback, exit 1) and without the credential; now a ReplayReadError (exit 4)."""
+    from streams.errors import ReplayReadError
+    from streams.replay.state import read_changelogs
+
+    with pytest.raises(ReplayReadError) as info:
+        read_changelogs("127.0.0.1:1", "p", timeout_s=1.0)
+    assert info.value.retriable and "KAFKA_BOOTSTRAP" in str(info.value)

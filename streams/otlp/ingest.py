@@ -52,9 +52,12 @@ from streams.importers.otlp import (
 #: Dedup keys remembered (about 100 bytes each).
 DEFAULT_DEDUP_CAPACITY: Final = 1_000_000
 #: Kafka error codes of a partition whose leader is not known yet (new topic).
-_NO_LEADER_YET: Final = frozenset(
-    {3, 5, 6}
-)  # UNKNOWN_TOPIC_OR_PART, LEADER_NOT_AVAILABLE, NOT_LEADER
+#: Kafka error codes of a topic created a moment ago that the broker or this
+#: client's metadata does not list yet: UNKNOWN_TOPIC_OR_PART (3),
+#: LEADER_NOT_AVAILABLE (5), NOT_LEADER (6), and librdkafka's local
+#: _UNKNOWN_PARTITION (-190) and _UNKNOWN_TOPIC (-188) (seen under load: the
+#: export was answered 503 although the topic had just been created).
+_NO_LEADER_YET: Final = frozenset({3, 5, 6, -190, -188})
 #: Rejection reasons listed in one ``partial_success.error_message``.
 _SHOWN_REASONS: Final = 10
 

@@ -22,8 +22,9 @@ use (PEP 562 ``__getattr__``).  ``tests/unit/test_public_surface.py`` checks it.
 
 from __future__ import annotations
 
-import importlib
 import typing
+
+from streams.core.lazy import lazy_exports as _lazy_exports
 
 #: The one place the version is written; pyproject.toml reads it
 #: (``[tool.setuptools.dynamic] version = {attr = "streams.__version__"}``).
@@ -54,17 +55,7 @@ if typing.TYPE_CHECKING:
     from streams.settings import Settings
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'streams' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # loaded once: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

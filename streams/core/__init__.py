@@ -11,8 +11,9 @@ The names below load on first use (PEP 562), so importing one core module
 
 from __future__ import annotations
 
-import importlib
 import typing
+
+from streams.core.lazy import lazy_exports as _lazy_exports
 
 if typing.TYPE_CHECKING:  # the real types for type checkers; at run time __getattr__ loads them
     from streams.core.analysis import (
@@ -176,17 +177,7 @@ _LAZY: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> object:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'streams.core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # loaded once: later lookups skip __getattr__
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY})
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY)
 
 
 __all__ = [

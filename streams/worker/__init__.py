@@ -9,15 +9,13 @@ from __future__ import annotations
 
 import typing
 
+from streams.core.lazy import lazy_exports as _lazy_exports
 from streams.worker.config import WorkerConfig
 
-_LAZY = ("WorkerApp", "create_app")
+if typing.TYPE_CHECKING:
+    from streams.worker.faust_app import WorkerApp, create_app
+
+_LAZY = {"WorkerApp": "streams.worker.faust_app", "create_app": "streams.worker.faust_app"}
 __all__ = ["WorkerApp", "WorkerConfig", "create_app"]
 
-
-def __getattr__(name: str) -> typing.Any:
-    if name in _LAZY:
-        from streams.worker import faust_app
-
-        return getattr(faust_app, name)
-    raise AttributeError(name)
+__getattr__, __dir__ = _lazy_exports(__name__, _LAZY)

@@ -155,4 +155,4 @@ def test_importing_the_error_tree_or_the_broker_does_not_load_the_core() -> None
     )
     assert proc.returncode == 0, proc.stderr
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert loaded == ["streams.core", "streams.core.errors"]
+    assert loaded == ["streams.core", "streams.core.errors", "streams.core.lazy"]

@@ -214,6 +214,17 @@ def worker_topic_specs(settings: Settings) -> list[TopicSpec]:
     ]
 
 
+def worker_output_topics(settings: Settings) -> dict[str, str]:
+    """The worker's output kind -> topic name, as its batch handler produces them
+    (``streams.worker.batch.EventBatchHandler``'s ``output_topics``)."""
+    return {
+        "patterns": settings.patterns_topic,
+        "assessments": settings.assessments_topic,
+        "assessment_history": settings.assessment_history_topic,
+        "snapshots": settings.snapshots_topic,
+    }
+
+
 # ------------------------------------------------------------------ the worker's changelogs
 
 
@@ -548,5 +559,6 @@ __all__ = [
     "uncovered_partitions",
     "wait_for_topics",
     "worker_app_id",
+    "worker_output_topics",
     "worker_topic_specs",
 ]

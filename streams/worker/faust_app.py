@@ -41,7 +41,7 @@ from streams.core.events import TraceEvent
 from streams.errors import BrokerError, ConfigError, FlushError
 from streams.settings import Settings
 from streams.topics import changelog_topic as _changelog_topic
-from streams.topics import uncovered_partitions, worker_app_id
+from streams.topics import uncovered_partitions, worker_app_id, worker_output_topics
 from streams.worker.batch import EventBatchHandler
 from streams.worker.config import STORES, WorkerConfig
 from streams.worker.metrics import WorkerMetrics
@@ -553,12 +553,7 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         partitions=n_partitions,
     )
     # outputs and dead letters are produced by name (streams/worker/batch.py)
-    output_topics = {
-        "patterns": settings.patterns_topic,
-        "assessments": settings.assessments_topic,
-        "assessment_history": settings.assessment_history_topic,
-        "snapshots": settings.snapshots_topic,
-    }
+    output_topics = worker_output_topics(settings)
     encoder = OutputEncoder(settings, engine_config) if with_engine else None
     # 'driver' is popped from (and aliased with) this dict by the Store: pass fresh dicts.
     table_kw: dict[str, Any] = {

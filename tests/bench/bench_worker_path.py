@@ -49,6 +49,7 @@ from streams.router.validate import event_error  # noqa: E402
 from streams.serde import EventSerde  # noqa: E402
 from streams.settings import Settings  # noqa: E402
 from streams.sim.events import fleet_events  # noqa: E402
+from streams.topics import worker_output_topics  # noqa: E402
 from streams.worker.batch import EventBatchHandler  # noqa: E402
 from streams.worker.metrics import WorkerMetrics  # noqa: E402
 from streams.worker.outputs import OutputEncoder  # noqa: E402
@@ -113,12 +114,7 @@ def run_handler(recs: list[Rec], batch: int, commit_every: int) -> tuple[float, 
         processor=processor,
         decoder=EventSerde().decode,
         send=send,
-        output_topics={
-            "patterns": settings.patterns_topic,
-            "assessments": settings.assessments_topic,
-            "assessment_history": settings.assessment_history_topic,
-            "snapshots": settings.snapshots_topic,
-        },
+        output_topics=worker_output_topics(settings),
         dlq_topic=settings.dlq_topic,
         encoder=OutputEncoder(settings, cfg),
         metrics=WorkerMetrics(),

@@ -32,6 +32,7 @@ import fnmatch
 import json
 import os
 import re
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ from pathlib import Path
 from typing import Any, Final, Literal
 
 from streams.core.events import TraceEvent
-from streams.errors import ConfigError, DeliveryError
+from streams.errors import BrokerError, ConfigError, DeliveryError
 from streams.security import client_config
 from streams.settings import Settings
 from streams.topics import admin_client, cluster_metadata
@@ -560,6 +561,20 @@ def delete_topics(settings: Settings, topics: Sequence[str], *, timeout_s: float
             failed.append(f"{topic}: {exc}")
     if failed:
         raise DeliveryError("deleting topics failed: " + "; ".join(failed))
+    # The controller confirmed; a broker's metadata applies the deletion a moment
+    # later (KRaft brokers replay the metadata log behind the controller).  Wait for
+    # it, so "deleted" means a listing made right after no longer shows them.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        listed = set(admin.list_topics(timeout=timeout_s).topics) & set(topics)
+        if not listed:
+            return
+        if time.monotonic() > deadline:
+            raise BrokerError(
+                f"topics still listed by {settings.bootstrap} {timeout_s} s after their "
+                f"deletion was confirmed: {', '.join(sorted(listed))} (is every broker up?)"
+            )
+        time.sleep(0.05)
 
 
 def gc(

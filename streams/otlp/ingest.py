@@ -51,13 +51,14 @@ from streams.importers.otlp import (
 
 #: Dedup keys remembered (about 100 bytes each).
 DEFAULT_DEDUP_CAPACITY: Final = 1_000_000
-#: Kafka error codes of a partition whose leader is not known yet (new topic).
 #: Kafka error codes of a topic created a moment ago that the broker or this
 #: client's metadata does not list yet: UNKNOWN_TOPIC_OR_PART (3),
 #: LEADER_NOT_AVAILABLE (5), NOT_LEADER (6), and librdkafka's local
 #: _UNKNOWN_PARTITION (-190) and _UNKNOWN_TOPIC (-188) (seen under load: the
 #: export was answered 503 although the topic had just been created).
 _NO_LEADER_YET: Final = frozenset({3, 5, 6, -190, -188})
+#: The two of them that come from this client's metadata cache, not the broker.
+_LOCAL_UNKNOWN: Final = frozenset({-190, -188})
 #: Rejection reasons listed in one ``partial_success.error_message``.
 _SHOWN_REASONS: Final = 10
 
@@ -202,6 +203,11 @@ class Ingest:
                     raise DeliveryError(f"cannot read the offsets of {topic}: {exc}") from exc
                 if time.monotonic() > deadline:
                     raise DeliveryError(f"cannot read the offsets of {topic}: {exc}") from exc
+                if exc.args[0].code() in _LOCAL_UNKNOWN:
+                    # librdkafka answers these from its own metadata cache, which a
+                    # watermark query does not refresh: ask for the cluster's
+                    # metadata (all topics: naming one could auto-create it).
+                    self._consumer.list_topics(timeout=5.0)
                 time.sleep(0.1)
         if high <= low:
             return None

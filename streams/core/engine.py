@@ -39,15 +39,16 @@ depend on when the timer ran and are not reproduced by a replay of events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from streams.core.assessment import (
     Assessment,
     AssessmentHistory,
     CurrentAssessment,
     TriggerKind,
+    max_severity,
     severity_rank,
     severity_trend,
 )
@@ -73,6 +74,9 @@ if TYPE_CHECKING:
 #: the specification's staleness window, ``CurrentAssessment.is_stale``'s default.
 STANDING_MAX_AGE_CALLS = 20
 _CAUTION_RANK = severity_rank("caution")
+#: Event types ``_validate`` can reject (besides another session's id): every other
+#: event of this session passes, so the per-event path skips the call.
+_CHECKED_TYPES: Final = frozenset({"budget", "snapshot", "restore", "session_start"})
 
 
 class AnalysisBuilder(AnalysisView, Protocol):
@@ -156,6 +160,7 @@ class SessionEngine:
 
     __slots__ = (
         "_budget",
+        "_budget_view",
         "_builder",
         "_call_count",
         "_cfg",
@@ -168,6 +173,7 @@ class SessionEngine:
         "_observer_states",
         "_observers",
         "_profile",
+        "_runners",
         "_session_id",
         "_session_start_ms",
         "_snapshots",
@@ -217,6 +223,7 @@ class SessionEngine:
         self._last_event_ms = state.last_event_ms
         self._budget = state.budget
         self._tokens_used = state.tokens_used
+        self._budget_view: Budget | None = None
         self._current = state.current
         history = state.history
         if history.max_entries != self._cfg.history_size:
@@ -242,6 +249,7 @@ class SessionEngine:
         self._observer_states: dict[str, ObserverState] = {
             s.name: states.get(s.name, ObserverState()) for s in specs
         }
+        self._runners: tuple[_Runner, ...] = tuple(_Runner(n, oc) for n, oc in self._observers)
 
     # -------------------------------------------------------------- accessors
 
@@ -268,14 +276,22 @@ class SessionEngine:
 
     @property
     def budget(self) -> Budget:
-        """The effective budget: the last limits plus the tokens counted so far."""
-        b = self._budget  # built field by field: dataclasses.replace costs ~5x more
-        return Budget(
-            deadline_ms=b.deadline_ms,
-            max_tokens=b.max_tokens,
-            tokens_used=self._tokens_used,
-            max_tool_calls=b.max_tool_calls,
-        )
+        """The effective budget: the last limits plus the tokens counted so far.
+
+        Cached (every observer run reads it): invariant ``_budget_view`` is None or
+        equals the value built from ``_budget`` and ``_tokens_used``; whatever
+        assigns either of them resets it to None.
+        """
+        view = self._budget_view
+        if view is None:
+            b = self._budget  # built field by field: dataclasses.replace costs ~5x more
+            view = self._budget_view = Budget(
+                deadline_ms=b.deadline_ms,
+                max_tokens=b.max_tokens,
+                tokens_used=self._tokens_used,
+                max_tool_calls=b.max_tool_calls,
+            )
+        return view
 
     def analysis(self) -> AnalysisView:
         return self._builder.build()
@@ -338,11 +354,16 @@ class SessionEngine:
 
     def on_event(self, ev: TraceEvent) -> EngineOutput:
         """Apply one event (see the module docstring for the steps)."""
-        if ev.session_id == self._session_id and ev.seq <= self._last_seq:
-            return EngineOutput(applied=False)
-        self._validate(ev)
+        etype = ev.type
+        if ev.session_id == self._session_id:
+            if ev.seq <= self._last_seq:
+                return _NOT_APPLIED
+            if etype in _CHECKED_TYPES:
+                self._validate(ev)
+        else:
+            self._validate(ev)  # raises: another session's event
 
-        if ev.type == "restore":
+        if etype == "restore":
             self._restore(ev)
             return EngineOutput(applied=True)
 
@@ -367,12 +388,16 @@ class SessionEngine:
             )
             if b.tokens_used is not None:
                 self._tokens_used = b.tokens_used
+            self._budget_view = None
         elif ev.type == "session_start":
             profile = ev.metadata.get(META_OBSERVER_PROFILE)
             if profile is not None and profile != self._profile:
                 self._set_profile(profile, self._observer_states)
-        elif ev.type == "model_step":
-            self._tokens_used += ev.total_tokens
+        elif etype == "model_step":
+            tokens = ev.total_tokens
+            if tokens:
+                self._tokens_used += tokens
+                self._budget_view = None
 
         before = self._call_count
         fired = tuple(self._builder.on_event(ev))
@@ -380,14 +405,14 @@ class SessionEngine:
         count = analysis.tool_call_count
         self._call_count = count
         delta = max(0, count - before)
-        is_result = ev.type == "tool_result" or (ev.type == "error" and ev.call_id is not None)
+        is_result = etype == "tool_result" or (etype == "error" and ev.call_id is not None)
         call_step = delta > 0 or is_result
-        failure = is_result and (ev.type == "error" or ev.is_error)
+        failure = is_result and (etype == "error" or ev.is_error)
         # an agent message/model step/agent error is no call step, but event
         # detectors (monologue, context loop) judge it: observers that say so
         # (``watches_agent_events``) run on it too
         agent_step = not call_step and (
-            bool(fired) or ev.type in ("message", "model_step", "error")
+            bool(fired) or etype in ("message", "model_step", "error")
         )
 
         if delta:
@@ -402,26 +427,31 @@ class SessionEngine:
 
         deadline_due = self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
-        for name, oc in self._observers:
-            st = self._observer_states[name]
-            due = should_trigger(
-                oc.trigger,
-                st,
-                analysis,
-                now_ms=now,
-                session_start_ms=self._session_start_ms,
-                call_step=call_step,
-                failure_completed=failure,
-            ) or (deadline_due and _watches_deadline(oc))
-            if not due and agent_step and _watches_agent_events(oc):
-                due = True
-            if due:
-                a = self._run(oc, st, analysis, now, fired)
+        states = self._observer_states
+        for r in self._runners:
+            st = states[r.name]
+            if (
+                (call_step and r.on_every_call)
+                or should_trigger(
+                    r.trigger,
+                    st,
+                    analysis,
+                    now_ms=now,
+                    session_start_ms=self._session_start_ms,
+                    call_step=call_step,
+                    failure_completed=failure,
+                )
+                or (deadline_due and r.watches_deadline)
+                or (agent_step and r.watches_agent_events)
+            ):
+                a = self._run(r, st, analysis, now, fired)
                 if a is not None:
-                    produced.append((name, a))
+                    produced.append((r.name, a))
 
         assessment = self._commit(produced, analysis, now, ev.seq, "event", deadline_due)
         self._last_seq = ev.seq
+        if not fired and assessment is None:
+            return _APPLIED
         patterns = tuple(
             PatternDetection(
                 session_id=self._session_id,
@@ -446,15 +476,15 @@ class SessionEngine:
         analysis: AnalysisView = self._builder
         deadline_due = self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
-        for name, oc in self._observers:
-            st = self._observer_states[name]
-            due = time_trigger_due(oc.trigger, st, now, self._session_start_ms) or (
-                deadline_due and _watches_deadline(oc)
+        for r in self._runners:
+            st = self._observer_states[r.name]
+            due = time_trigger_due(r.trigger, st, now, self._session_start_ms) or (
+                deadline_due and r.watches_deadline
             )
             if due:
-                a = self._run(oc, st, analysis, now, ())
+                a = self._run(r, st, analysis, now, ())
                 if a is not None:
-                    produced.append((name, a))
+                    produced.append((r.name, a))
         return self._commit(produced, analysis, now, self._last_seq, "timer", deadline_due)
 
     # ---------------------------------------------------------------- helpers
@@ -465,7 +495,7 @@ class SessionEngine:
 
     def _run(
         self,
-        oc: ObserverConfig,
+        r: _Runner,
         st: ObserverState,
         analysis: AnalysisView,
         now: int,
@@ -473,18 +503,21 @@ class SessionEngine:
     ) -> Assessment | None:
         assert self._session_start_ms is not None
         ctx = ObserverContext(
-            session_id=self._session_id,
-            analysis=analysis,
-            observer_state=st,
-            budget=self.budget,
-            now_ms=now,
-            session_start_ms=self._session_start_ms,
-            new_patterns=fired,
-            history=self._history,
+            self._session_id,
+            analysis,
+            st,
+            self._budget_view or self.budget,
+            now,
+            self._session_start_ms,
+            fired,
+            self._history,
         )
-        if not oc.observer.should_run(ctx):
+        if r.assess is not None:
+            return r.assess(ctx)
+        observer = r.observer
+        if not observer.should_run(ctx):
             return None
-        return oc.observer.observe(ctx)
+        return observer.observe(ctx)
 
     def _commit(
         self,
@@ -506,19 +539,19 @@ class SessionEngine:
                 last_assessment_call_index=count,
                 total_assessments=st.total_assessments + 1,
             )
-        if deadline_due and any(_watches_deadline(oc) for _, oc in self._observers):
+        if deadline_due and any(r.watches_deadline for r in self._runners):
             self._deadline_reported_ms = self._budget.deadline_ms
         previous = self._history.latest
+        assessments = self._with_standing(produced, count)
+        severity = max_severity(*(a.severity for a in assessments))
         current = CurrentAssessment(
-            assessments=self._with_standing(produced, count),
+            assessments=assessments,
             generated_at_ms=now,
             call_index=count,
             session_id=self._session_id,
             seq=seq,
             trigger=trigger,
-        )
-        current = replace(
-            current, trend=severity_trend(previous.severity if previous else None, current.severity)
+            trend=severity_trend(previous.severity if previous else None, severity),
         )
         self._current = current
         self._history = self._history.add(current)
@@ -577,14 +610,42 @@ class SessionEngine:
         self._load(replace(point, last_seq=ev.seq, last_event_ms=last_event))
 
 
-def _watches_agent_events(oc: ObserverConfig) -> bool:
-    return bool(getattr(oc.observer, "watches_agent_events", False))
+_APPLIED: Final = EngineOutput(applied=True)
+_NOT_APPLIED: Final = EngineOutput(applied=False)
 
 
-def _watches_deadline(oc: ObserverConfig) -> bool:
-    # getattr, not isinstance(obs, DeadlineAware): a runtime Protocol check is slow
-    # and this runs for every observer on every assessed event (docs/faust-notes.md)
-    return bool(getattr(oc.observer, "reports_deadline", False))
+class _Runner:
+    """One configured observer with what the per-event loop asks of it, looked up
+    once per profile instead of once per event (getattr, not
+    ``isinstance(obs, DeadlineAware)``: a runtime Protocol check is slow,
+    docs/faust-notes.md).
+
+    ``assess`` is the observer's optional one-pass ``assess(context)`` (equal to
+    ``observe(context) if should_run(context) else None``, judging the context
+    once); None for observers without it.
+    """
+
+    __slots__ = (
+        "assess",
+        "name",
+        "observer",
+        "on_every_call",
+        "trigger",
+        "watches_agent_events",
+        "watches_deadline",
+    )
+
+    def __init__(self, name: str, oc: ObserverConfig) -> None:
+        self.name = name
+        self.observer = oc.observer
+        self.trigger = oc.trigger
+        self.on_every_call = oc.trigger.on_every_call
+        self.watches_agent_events = bool(getattr(oc.observer, "watches_agent_events", False))
+        self.watches_deadline = bool(getattr(oc.observer, "reports_deadline", False))
+        assess = getattr(oc.observer, "assess", None)
+        self.assess: Callable[[ObserverContext], Assessment | None] | None = (
+            assess if callable(assess) else None
+        )
 
 
 __all__ = [

@@ -209,27 +209,41 @@ class PatternObserver:
             by_type[p.pattern_type] = p
         return tuple(by_type.values())
 
-    def _judge(self, context: ObserverContext) -> list[_Judged]:
+    def _judge(self, context: ObserverContext, previous: Assessment | None) -> list[_Judged]:
         """Each active pattern with its base and effective severity and, when the
-        agent was already told about it, the call it was first reported at."""
-        previous = context.history.last_for(self.name)
+        agent was already told about it, the call it was first reported at.
+
+        ``previous`` is this observer's last assessment (``history.last_for``)."""
+        active = self._active(context)
+        if not active:
+            return []
         told: dict[tuple[str, int], int] = {}
-        if previous is not None:
+        if previous is not None and previous.tracked:
             told = {(t, fired): first for t, fired, first in previous.tracked}
+        call = context.analysis.tool_call_count
         out: list[_Judged] = []
-        for p in self._active(context):
+        for p in active:
             base = self.pattern_severity(p)
-            first = told.get((p.pattern_type, p.call_index))
+            first = told.get((p.pattern_type, p.call_index)) if told else None
             effective = base
             if (
                 base == "caution"
-                and p.pattern_type in ESCALATING_PATTERNS
                 and first is not None
-                and context.call_index - first >= self.escalate_after_calls
+                and p.pattern_type in ESCALATING_PATTERNS
+                and call - first >= self.escalate_after_calls
             ):
                 effective = "warning"
             out.append(_Judged(p, base, effective, first))
         return out
+
+    def assess(self, context: ObserverContext) -> Assessment | None:
+        """``observe(context) if should_run(context) else None``, judging the
+        context once (the engine calls this on every event that may concern it)."""
+        previous = context.history.last_for(self.name)
+        judged = self._judge(context, previous)
+        if not self._should_run(context, judged, previous):
+            return None
+        return self._observe(context, judged, previous)
 
     def should_run(self, context: ObserverContext) -> bool:
         """Speak on a newly fired pattern of at least caution severity, when the
@@ -239,9 +253,13 @@ class PatternObserver:
         assessment replaced this one's (module docstring).  Weak (info) patterns
         alone never make it speak; they are included when it speaks for another
         reason."""
-        judged = self._judge(context)
-        current = max_severity(*(j.effective for j in judged))
         previous = context.history.last_for(self.name)
+        return self._should_run(context, self._judge(context, previous), previous)
+
+    def _should_run(
+        self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
+    ) -> bool:
+        current = max_severity(*(j.effective for j in judged)) if judged else "info"
         if previous is None:
             return current != "info"
         if not judged:
@@ -261,9 +279,14 @@ class PatternObserver:
     # ----------------------------------------------------------------- observe
 
     def observe(self, context: ObserverContext) -> Assessment:
-        judged = self._judge(context)
+        previous = context.history.last_for(self.name)
+        return self._observe(context, self._judge(context, previous), previous)
+
+    def _observe(
+        self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
+    ) -> Assessment:
         if not judged:
-            return self._cleared(context)
+            return self._cleared(context, previous)
         call = context.call_index
         recent = context.recent_tool_calls(self.recent_window)
         observations: list[Observation] = []
@@ -324,9 +347,8 @@ class PatternObserver:
             tracked=tuple(tracked),
         )
 
-    def _cleared(self, context: ObserverContext) -> Assessment:
+    def _cleared(self, context: ObserverContext, previous: Assessment | None) -> Assessment:
         """Say once that the patterns stopped (naming those that were reported)."""
-        previous = context.history.last_for(self.name)
         stopped = previous.tracked if previous is not None else ()
         if not stopped:
             summary = "No trajectory patterns are active any more; the earlier ones cleared."

@@ -319,12 +319,57 @@ def compact_record(record: ToolCallRecord) -> ToolCallRecord:
     )
 
 
+#: ``json.dumps(value, sort_keys=True, default=str)`` without building an encoder
+#: per call (the same C encoder, the same text).
+_JSON_ENCODE: Final = json.JSONEncoder(sort_keys=True, default=str).encode
+
+
 def _text(value: JsonValue) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, sort_keys=True, default=str)
+    return _JSON_ENCODE(value)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_RESTAMPED: Final = frozenset({"occurrences", "first_seen_ms", "call_index"})
+
+
+def _copyable_fields(cls: type) -> tuple[str, ...]:
+    """The fields :func:`_restamped` copies, or () when a copy could differ from
+    ``replace`` (an ``init=False`` field or a ``__post_init__`` may derive values)."""
+    fs = fields(cls)
+    if hasattr(cls, "__post_init__") or any(not f.init for f in fs):
+        return ()
+    return tuple(f.name for f in fs if f.name not in _RESTAMPED)
+
+
+def _restamped(
+    pattern: TrajectoryPattern, occurrences: int, first_seen_ms: int, call_index: int
+) -> TrajectoryPattern:
+    """``dataclasses.replace(pattern, occurrences=..., first_seen_ms=..., call_index=...)``
+    at a third of its cost (it runs for every active pattern on every completed
+    call): the other fields are copied as they are, so the copy equals the one
+    ``replace`` makes.  ``__init__``/``__post_init__`` are not re-run: ``pattern``
+    already passed them and the three new values are the builder's own counters.
+    """
+    cls = type(pattern)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = _copyable_fields(cls)
+    if not names:  # a plugin pattern with derived fields: let its __init__ run
+        return replace(
+            pattern, occurrences=occurrences, first_seen_ms=first_seen_ms, call_index=call_index
+        )
+    new = object.__new__(cls)
+    put = object.__setattr__
+    for name in names:
+        put(new, name, getattr(pattern, name))
+    put(new, "occurrences", occurrences)
+    put(new, "first_seen_ms", first_seen_ms)
+    put(new, "call_index", call_index)
+    return new
 
 
 class _DetectorSlot:
@@ -636,9 +681,7 @@ class TrajectoryBuilder:
         if len(self._fired) >= MAX_FIRED_KEYS:
             self._fired.pop(next(iter(self._fired)))
         self._fired[fkey] = count
-        pattern = replace(
-            pattern, occurrences=count, first_seen_ms=timestamp_ms, call_index=call_index
-        )
+        pattern = _restamped(pattern, count, timestamp_ms, call_index)
         active[name] = pattern
         self._latest.pop(name, None)
         fired.append(pattern)
@@ -713,11 +756,8 @@ class TrajectoryBuilder:
         if self._latest:
             for name, newer in self._latest.items():
                 prev = self._active[name]
-                self._active[name] = replace(
-                    newer,
-                    first_seen_ms=prev.first_seen_ms,
-                    occurrences=prev.occurrences,
-                    call_index=prev.call_index,
+                self._active[name] = _restamped(
+                    newer, prev.occurrences, prev.first_seen_ms, prev.call_index
                 )
             self._latest.clear()
         return self._active

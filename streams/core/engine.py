@@ -411,9 +411,7 @@ class SessionEngine:
         # an agent message/model step/agent error is no call step, but event
         # detectors (monologue, context loop) judge it: observers that say so
         # (``watches_agent_events``) run on it too
-        agent_step = not call_step and (
-            bool(fired) or etype in ("message", "model_step", "error")
-        )
+        agent_step = not call_step and (bool(fired) or etype in ("message", "model_step", "error"))
 
         if delta:
             states = self._observer_states

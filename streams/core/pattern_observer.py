@@ -63,7 +63,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from streams.core.assessment import Assessment, Observation, Severity, max_severity
 from streams.core.errors import ConfigError
@@ -114,9 +114,10 @@ def _call_label(call: ToolCallView) -> str:
     return f"{call.tool_name}({params})"
 
 
-@dataclass(frozen=True, slots=True)
-class _Judged:
-    """One active pattern as the observer judges it on this call."""
+class _Judged(NamedTuple):
+    """One active pattern as the observer judges it on this call (a NamedTuple:
+    built for every active pattern on nearly every event, and a tuple is the
+    cheapest immutable value to build)."""
 
     pattern: PatternView
     base: Severity
@@ -259,13 +260,14 @@ class PatternObserver:
     def _should_run(
         self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
     ) -> bool:
-        current = max_severity(*(j.effective for j in judged)) if judged else "info"
+        current = max_severity(*[j.effective for j in judged]) if judged else "info"
         if previous is None:
             return current != "info"
         if not judged:
             return bool(previous.observations)  # patterns cleared since we last spoke: say so once
-        if any(self.pattern_severity(p) != "info" for p in context.new_patterns):
-            return True
+        for p in context.new_patterns:
+            if self.pattern_severity(p) != "info":
+                return True
         if current != previous.severity:
             return True
         if current == "info":

@@ -373,14 +373,17 @@ def _restamped(
 
 
 class _DetectorSlot:
-    """A built detector and how to snapshot it."""
+    """A built detector and how to snapshot it; ``detect`` and ``on_event`` are its
+    bound methods, looked up once (they run on every call / every event)."""
 
-    __slots__ = ("detector", "factory", "name")
+    __slots__ = ("detect", "detector", "factory", "name", "on_event")
 
     def __init__(self, factory: Any, detector: PatternDetector) -> None:
         self.factory = factory
         self.detector = detector
         self.name = detector.name
+        self.detect = detector.detect
+        self.on_event: Any = getattr(detector, "on_event", None)
 
 
 def _event_slots(slots: list[_DetectorSlot]) -> tuple[_DetectorSlot, ...]:
@@ -474,8 +477,11 @@ class TrajectoryBuilder:
         if not self._event_slots:
             return fired
         more: list[TrajectoryPattern] = []
+        active = self._active
         for slot in self._event_slots:
-            pattern = slot.detector.on_event(ev, self)  # type: ignore[attr-defined]
+            pattern = slot.on_event(ev, self)
+            if pattern is None and slot.name not in active:
+                continue  # nothing seen, nothing to clear: what _settle would conclude
             self._settle(slot, pattern, self._completed, ev.timestamp_ms, more)
         return fired + tuple(more) if more else fired
 
@@ -584,24 +590,24 @@ class TrajectoryBuilder:
         out_digest = hashlib.blake2b(
             out_text[:4096].encode("utf-8", "surrogatepass"), digest_size=6
         ).hexdigest()
-        record = ToolCallRecord(
-            call_index=self._completed,
-            tool_name=pending.tool_name,
-            params_summary=pending.params_summary,
-            params=pending.params,
-            success=success,
-            error_message=error_message,
-            timestamp_ms=ts if lone else pending.timestamp_ms,
-            call_id=pending.call_id,
-            latency_ms=latency_ms,
-            output_summary=output_summary,
-            exact_key=info.exact_key,
-            coarse_key=info.coarse_key,
-            verb=info.verb,
-            kind=info.kind,
-            resource=info.resource,
-            error_signature=signature,
-            output_key=f"{int(success)}:{signature or ''}:{len(out_text)}:{out_digest}",
+        record = ToolCallRecord(  # positional, in field order (keywords cost more)
+            self._completed,
+            pending.tool_name,
+            pending.params_summary,
+            pending.params,
+            success,
+            error_message,
+            ts if lone else pending.timestamp_ms,
+            pending.call_id,
+            latency_ms,
+            output_summary,
+            info.exact_key,
+            info.coarse_key,
+            info.verb,
+            info.kind,
+            info.resource,
+            signature,
+            f"{int(success)}:{signature or ''}:{len(out_text)}:{out_digest}",
         )
         if pending.call_id is not None:
             self._recent_ids.append(pending.call_id)
@@ -644,11 +650,13 @@ class TrajectoryBuilder:
 
     def _run_detectors(self, record: ToolCallRecord) -> tuple[TrajectoryPattern, ...]:
         fired: list[TrajectoryPattern] = []
+        active = self._active
         for slot in self._slots:
-            self._settle(
-                slot, slot.detector.detect(self), record.call_index, record.timestamp_ms, fired
-            )
-        return tuple(fired)
+            pattern = slot.detect(self)
+            if pattern is None and slot.name not in active:
+                continue  # nothing seen, nothing to clear: what _settle would conclude
+            self._settle(slot, pattern, record.call_index, record.timestamp_ms, fired)
+        return tuple(fired) if fired else ()
 
     def _settle(
         self,
@@ -763,6 +771,8 @@ class TrajectoryBuilder:
         return self._active
 
     def patterns(self) -> dict[str, TrajectoryPattern]:
+        if not self._active:
+            return {}
         return {p.pattern_type: p for p in self._merged_active().values()}
 
     def has_pattern(self, pattern_type: str) -> bool:

@@ -423,7 +423,7 @@ class SessionEngine:
                     total_assessments=st.total_assessments,
                 )
 
-        deadline_due = self._deadline_due(now)
+        deadline_due = self._budget.deadline_ms is not None and self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
         states = self._observer_states
         for r in self._runners:

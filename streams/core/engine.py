@@ -243,13 +243,23 @@ class SessionEngine:
     def _set_profile(self, profile: str, states: dict[str, ObserverState]) -> None:
         specs = self._cfg.observers_for(profile)
         self._profile = profile
-        self._observers: tuple[tuple[str, ObserverConfig], ...] = tuple(
-            (s.name, s.build()) for s in specs
-        )
+        try:
+            built = _BUILT.get(specs)
+            cacheable = True
+        except TypeError:  # an unhashable threshold value: build it, do not cache it
+            built, cacheable = None, False
+        if built is None:
+            observers = tuple((s.name, s.build()) for s in specs)
+            built = (observers, tuple(_Runner(n, oc) for n, oc in observers))
+            if cacheable:
+                if len(_BUILT) >= _BUILT_MAX:
+                    _BUILT.clear()
+                _BUILT[specs] = built
+        self._observers: tuple[tuple[str, ObserverConfig], ...] = built[0]
+        self._runners: tuple[_Runner, ...] = built[1]
         self._observer_states: dict[str, ObserverState] = {
             s.name: states.get(s.name, ObserverState()) for s in specs
         }
-        self._runners: tuple[_Runner, ...] = tuple(_Runner(n, oc) for n, oc in self._observers)
 
     # -------------------------------------------------------------- accessors
 
@@ -416,11 +426,11 @@ class SessionEngine:
         if delta:
             states = self._observer_states
             for name, st in states.items():  # values replaced, keys unchanged
-                states[name] = ObserverState(
-                    tool_calls_since_assessment=st.tool_calls_since_assessment + delta,
-                    last_assessment_ms=st.last_assessment_ms,
-                    last_assessment_call_index=st.last_assessment_call_index,
-                    total_assessments=st.total_assessments,
+                states[name] = ObserverState(  # positional, in field order
+                    st.tool_calls_since_assessment + delta,
+                    st.last_assessment_ms,
+                    st.last_assessment_call_index,
+                    st.total_assessments,
                 )
 
         deadline_due = self._budget.deadline_ms is not None and self._deadline_due(now)
@@ -609,6 +619,13 @@ class SessionEngine:
 
 
 _APPLIED: Final = EngineOutput(applied=True)
+#: Built observers and their runners per observer-spec tuple: every session of a
+#: configuration runs the same frozen observers (built-in kinds are frozen values
+#: with no per-session state), so they are built once, not once per session.
+_BUILT: dict[
+    tuple[Any, ...], tuple[tuple[tuple[str, ObserverConfig], ...], tuple[_Runner, ...]]
+] = {}
+_BUILT_MAX: Final = 64
 _NOT_APPLIED: Final = EngineOutput(applied=False)
 
 

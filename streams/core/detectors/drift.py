@@ -13,6 +13,7 @@ O(scope_paths) per path-bearing call.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -59,7 +60,10 @@ class DriftDetector:
         return logic
 
 
+@functools.lru_cache(maxsize=4096)
 def _dir_prefix(path: str, depth: int) -> str:
+    """The first ``depth`` directories of ``path`` (memoized: agents keep working
+    on the same few paths, and every call that names one asks)."""
     parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."][:-1]
     return "/".join(parts[:depth])
 

@@ -455,6 +455,9 @@ class TrajectoryBuilder:
         self._active: dict[str, TrajectoryPattern] = {}
         # newer details of an active pattern (same key) not yet merged into _active
         self._latest: dict[str, TrajectoryPattern] = {}
+        # bumped by every change to the active patterns (never goes back, not even on
+        # reset): equal versions of one builder mean equal patterns()
+        self._patterns_version: int = getattr(self, "_patterns_version", -1) + 1
         self._fired: dict[tuple[str, str], int] = {}
         self._recent_ids: deque[str] = deque(maxlen=_RECENT_IDS)
         self._agent_errors = 0
@@ -674,7 +677,9 @@ class TrajectoryBuilder:
             if prev is not None:
                 del active[name]
                 self._latest.pop(name, None)
+                self._patterns_version += 1
             return
+        self._patterns_version += 1
         if (
             prev is not None
             and prev.pattern_type == pattern.pattern_type
@@ -769,6 +774,13 @@ class TrajectoryBuilder:
                 )
             self._latest.clear()
         return self._active
+
+    @property
+    def patterns_version(self) -> int:
+        """Changes whenever the active patterns (or their details) change, and only
+        then: the engine skips observers that declare they would say nothing new
+        (``idle_when_unchanged``) while it, the history and the call count stay."""
+        return self._patterns_version
 
     def patterns(self) -> dict[str, TrajectoryPattern]:
         if not self._active:

@@ -168,6 +168,7 @@ class SessionEngine:
         "_deadline_reported_ms",
         "_factory",
         "_history",
+        "_idle",
         "_last_event_ms",
         "_last_seq",
         "_observer_states",
@@ -238,6 +239,7 @@ class SessionEngine:
         else:
             self._builder = self._factory.build_from(self._cfg.analysis, state.analysis)
         self._call_count = self._builder.tool_call_count
+        self._idle: dict[str, tuple[int, AssessmentHistory, ObserverState, int]] = {}
         self._set_profile(state.profile, dict(state.observer_states))
 
     def _set_profile(self, profile: str, states: dict[str, ObserverState]) -> None:
@@ -260,6 +262,7 @@ class SessionEngine:
         self._observer_states: dict[str, ObserverState] = {
             s.name: states.get(s.name, ObserverState()) for s in specs
         }
+        self._idle.clear()
 
     # -------------------------------------------------------------- accessors
 
@@ -436,6 +439,8 @@ class SessionEngine:
         deadline_due = self._budget.deadline_ms is not None and self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
         states = self._observer_states
+        version: int | None = getattr(analysis, "patterns_version", None)
+        idle = self._idle
         for r in self._runners:
             st = states[r.name]
             if (
@@ -452,7 +457,23 @@ class SessionEngine:
                 or (deadline_due and r.watches_deadline)
                 or (agent_step and r.watches_agent_events)
             ):
-                a = self._run(r, st, analysis, now, fired)
+                if not r.idle_when_unchanged or fired or version is None:
+                    a = self._run(r, st, analysis, now, fired)
+                else:
+                    # it said nothing on the same patterns, history, counters and call
+                    # count: it would say nothing again (its declared contract)
+                    seen = idle.get(r.name)
+                    if (
+                        seen is not None
+                        and seen[0] == version
+                        and seen[1] is self._history
+                        and seen[2] is st
+                        and seen[3] == count
+                    ):
+                        continue
+                    a = self._run(r, st, analysis, now, fired)
+                    if a is None:
+                        idle[r.name] = (version, self._history, st, count)
                 if a is not None:
                     produced.append((r.name, a))
 
@@ -642,6 +663,7 @@ class _Runner:
 
     __slots__ = (
         "assess",
+        "idle_when_unchanged",
         "name",
         "observer",
         "on_every_call",
@@ -657,6 +679,7 @@ class _Runner:
         self.on_every_call = oc.trigger.on_every_call
         self.watches_agent_events = bool(getattr(oc.observer, "watches_agent_events", False))
         self.watches_deadline = bool(getattr(oc.observer, "reports_deadline", False))
+        self.idle_when_unchanged = bool(getattr(oc.observer, "idle_when_unchanged", False))
         assess = getattr(oc.observer, "assess", None)
         self.assess: Callable[[ObserverContext], Assessment | None] | None = (
             assess if callable(assess) else None

@@ -180,6 +180,20 @@ class PatternObserver:
         """Run on agent messages/model steps too (monologue, context loop)."""
         return True
 
+    @property
+    def idle_when_unchanged(self) -> bool:
+        """The engine may skip a run that would see what its last silent run saw.
+
+        Contract (what makes the skip exact): whether it speaks is decided from
+        ``analysis.patterns()``, ``analysis.tool_call_count``, ``new_patterns``,
+        ``observer_state`` and ``history`` only, never from the budget or the
+        clock.  So with no new patterns and the same patterns (the builder's
+        ``patterns_version``), history, observer state and call count as a run
+        that returned nothing, it returns nothing again.  Keep ``should_run``
+        that way or drop this flag.
+        """
+        return True
+
     # ------------------------------------------------------------------ policy
 
     def pattern_severity(self, pattern: PatternView) -> Severity:

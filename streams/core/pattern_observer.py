@@ -232,14 +232,19 @@ class PatternObserver:
         active = self._active(context)
         if not active:
             return []
-        told: dict[tuple[str, int], int] = {}
-        if previous is not None and previous.tracked:
-            told = {(t, fired): first for t, fired, first in previous.tracked}
+        tracked = previous.tracked if previous is not None else ()
         call = context.analysis.tool_call_count
+        severity = self.pattern_severity
         out: list[_Judged] = []
         for p in active:
-            base = self.pattern_severity(p)
-            first = told.get((p.pattern_type, p.call_index)) if told else None
+            base = severity(p)
+            first: int | None = None
+            if tracked:  # a few entries: a scan is cheaper than building a dict per event
+                ptype = p.pattern_type
+                fired_at = p.call_index
+                for t, fired, reported in tracked:
+                    if fired == fired_at and t == ptype:
+                        first = reported  # the last match wins, as in a dict of tracked
             effective = base
             if (
                 base == "caution"
@@ -274,7 +279,13 @@ class PatternObserver:
     def _should_run(
         self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
     ) -> bool:
-        current = max_severity(*[j.effective for j in judged]) if judged else "info"
+        current: Severity = "info"
+        for j in judged:  # max_severity, written out (this runs on nearly every event)
+            if j.effective == "warning":
+                current = "warning"
+                break
+            if j.effective == "caution":
+                current = "caution"
         if previous is None:
             return current != "info"
         if not judged:
@@ -290,7 +301,10 @@ class PatternObserver:
         if since >= self.refresh_calls:
             return True
         latest = context.history.latest
-        return latest is not None and all(a.observer_name != self.name for a in latest.assessments)
+        if latest is None:
+            return False
+        name = self.name
+        return all(a.observer_name != name for a in latest.assessments)
 
     # ----------------------------------------------------------------- observe
 

@@ -61,6 +61,7 @@ counts only, no timers), so a replay reproduces refreshes and escalations.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
@@ -99,6 +100,14 @@ ESCALATING_PATTERNS: Final[frozenset[str]] = frozenset(
 #: Pattern types whose confidence alone can reach warning (the detectors raise it
 #: with every further repeat).
 _WARN_AT_CONFIDENCE: Final[frozenset[str]] = frozenset({"doom_loop", "monologue", "context_loop"})
+
+
+@functools.lru_cache(maxsize=1024)
+def _inspects(tool_name: str) -> bool:
+    """The tool's name has an ``_INSPECT_HINTS`` fragment (memoized: asked for up to
+    ``recent_window`` calls per assessment, over the same few tool names)."""
+    lowered = tool_name.lower()
+    return any(h in lowered for h in _INSPECT_HINTS)
 
 
 def _short(text: str, limit: int = 40) -> str:
@@ -459,11 +468,7 @@ class PatternObserver:
         """A read-only tool the agent already used successfully, to point it back to."""
         for call in reversed(recent):
             name = call.tool_name
-            if (
-                call.success
-                and name not in exclude
-                and any(h in name.lower() for h in _INSPECT_HINTS)
-            ):
+            if call.success and name not in exclude and _inspects(name):
                 return name
         return None
 

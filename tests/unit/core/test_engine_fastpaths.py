@@ -164,7 +164,8 @@ class _DerivedPattern(TrajectoryPattern):
 
 def test_restamped_lets_a_plugin_pattern_derive_its_fields() -> None:
     p = _DerivedPattern(confidence=0.5, evidence=(), first_seen_ms=1)
-    assert _restamped(p, 3, 2, 1).label == "x3"
+    fresh = _restamped(p, 3, 2, 1)
+    assert isinstance(fresh, _DerivedPattern) and fresh.label == "x3"
 
 
 def test_the_cached_budget_follows_budget_events_tokens_and_restores() -> None:

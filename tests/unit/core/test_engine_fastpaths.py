@@ -7,7 +7,9 @@ Each fast path (issue #12) must change nothing a consumer sees:
   and the call count are those of its last silent run: compared here against
   the same observer with the skip turned off, event by event;
 * patterns are restamped by copying their fields, not ``dataclasses.replace``;
-* the effective budget is cached between the changes that invalidate it.
+* the effective budget is cached between the changes that invalidate it;
+* drift's task-path pattern (possessive, lookbehind-guarded) finds what the plain
+  one found.
 
 ``test_engine_digest`` pins the outputs against digests taken before the change;
 these tests name which fast path broke.
@@ -15,15 +17,20 @@ these tests name which fast path broke.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 import pytest
 from engine_sessions import mixed_events
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import streams.core.config as config_module
+import streams.core.detectors.drift as drift_module
 import streams.core.engine as engine_module
 from streams.core.analysis import TrajectoryBuilder, _restamped
 from streams.core.config import EngineConfig, ObserverSpec
+from streams.core.detectors.drift import task_paths
 from streams.core.engine import SessionEngine
 from streams.core.events import Budget, TraceEvent
 from streams.core.observers import ObserverTrigger
@@ -190,3 +197,29 @@ def test_the_cached_budget_follows_budget_events_tokens_and_restores() -> None:
     assert engine.budget == Budget(max_tool_calls=3, tokens_used=50)
     send("restore", metadata={"snapshot_id": "p"})
     assert engine.budget == Budget(max_tokens=100, deadline_ms=5, tokens_used=15)
+
+
+_PLAIN_TASK_PATH = re.compile(r"[A-Za-z_][\w\-]*(?:[/.][\w\-]+){2,}")
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="ab_Z9-/. \né.x", max_size=80))
+def test_the_task_path_pattern_finds_what_the_plain_pattern_finds(text: str) -> None:
+    """The possessive, lookbehind-guarded pattern (drift's scope) matches exactly the
+    spans of the straightforward one it replaced."""
+    want = [m.span() for m in _PLAIN_TASK_PATH.finditer(text)]
+    assert [m.span() for m in drift_module._TASK_PATH.finditer(text)] == want
+
+
+def test_task_paths_on_real_tasks_equal_the_plain_pattern() -> None:
+    texts = [
+        "fix src/app/core.py and tests/test_core.py; see pkg.sub.mod and a.b",
+        "x1a2b/c/d 9abc/d/e __init__.py/a/b ./rel/path/x.py é/a/b-c/d",
+    ]
+    for text in texts:
+        want = [m.group(0) for m in _PLAIN_TASK_PATH.finditer(text)]
+        assert [m.group(0) for m in drift_module._TASK_PATH.finditer(text)] == want
+    assert task_paths(texts[0]) == ["src/app/core.py", "tests/test_core.py", "pkg/sub/mod"]
+    first = task_paths(texts[0])
+    first.append("changed")  # the memo hands out copies
+    assert task_paths(texts[0]) == ["src/app/core.py", "tests/test_core.py", "pkg/sub/mod"]

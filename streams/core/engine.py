@@ -658,7 +658,10 @@ class _Runner:
 
     ``assess`` is the observer's optional one-pass ``assess(context)`` (equal to
     ``observe(context) if should_run(context) else None``, judging the context
-    once); None for observers without it.
+    once); None for observers without it.  Both it and ``idle_when_unchanged``
+    are promises about ``should_run``/``observe``, so they are honoured only when
+    the class that defines them also defines those (a subclass overriding
+    ``should_run`` falls back to the plain calls).
     """
 
     __slots__ = (
@@ -679,11 +682,23 @@ class _Runner:
         self.on_every_call = oc.trigger.on_every_call
         self.watches_agent_events = bool(getattr(oc.observer, "watches_agent_events", False))
         self.watches_deadline = bool(getattr(oc.observer, "reports_deadline", False))
-        self.idle_when_unchanged = bool(getattr(oc.observer, "idle_when_unchanged", False))
+        cls = type(oc.observer)
+        self.idle_when_unchanged = _defined_together(
+            cls, "idle_when_unchanged", "should_run"
+        ) and bool(getattr(oc.observer, "idle_when_unchanged", False))
         assess = getattr(oc.observer, "assess", None)
         self.assess: Callable[[ObserverContext], Assessment | None] | None = (
-            assess if callable(assess) else None
+            assess
+            if callable(assess) and _defined_together(cls, "assess", "should_run", "observe")
+            else None
         )
+
+
+def _defined_together(cls: type, *names: str) -> bool:
+    """True when one class of ``cls``'s MRO defines all of ``names`` (the first that
+    defines each is the same class)."""
+    owners = {next((k for k in cls.__mro__ if name in vars(k)), None) for name in names}
+    return len(owners) == 1 and None not in owners
 
 
 __all__ = [

@@ -33,7 +33,7 @@ from streams.core.config import EngineConfig, ObserverSpec
 from streams.core.detectors.drift import task_paths
 from streams.core.engine import SessionEngine
 from streams.core.events import Budget, TraceEvent
-from streams.core.observers import ObserverTrigger
+from streams.core.observers import ObserverContext, ObserverTrigger
 from streams.core.pattern_observer import PatternObserver
 from streams.core.patterns import TrajectoryPattern
 
@@ -223,3 +223,26 @@ def test_task_paths_on_real_tasks_equal_the_plain_pattern() -> None:
     first = task_paths(texts[0])
     first.append("changed")  # the memo hands out copies
     assert task_paths(texts[0]) == ["src/app/core.py", "tests/test_core.py", "pkg/sub/mod"]
+
+
+@dataclass(frozen=True, slots=True)
+class _ChattyPatternObserver(PatternObserver):
+    """Overrides ``should_run`` only: the inherited one-pass ``assess`` and the idle
+    skip describe the parent's ``should_run``, so the engine must not use them."""
+
+    def should_run(self, context: ObserverContext) -> bool:
+        return True
+
+
+def test_a_subclass_overriding_should_run_is_asked_every_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(config_module.OBSERVER_KINDS, "pattern", _ChattyPatternObserver)
+    monkeypatch.setattr(engine_module, "_BUILT", {})
+    engine = SessionEngine.create("s")
+    spoke = 0
+    for seq in range(1, 21):
+        etype = "model_step" if seq % 2 else "message"
+        res = engine.on_event(_ev(etype, seq, input_tokens=1, output_tokens=1, text=f"t{seq}"))
+        spoke += res.assessment is not None
+    assert spoke == 20

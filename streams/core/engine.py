@@ -609,7 +609,7 @@ class SessionEngine:
         standing: dict[str, Assessment] = {}
         current = self._current
         if current is not None:
-            by_observer = {oc.observer.name: name for name, oc in self._observers}
+            by_observer = {r.observer.name: r.name for r in self._runners}
             for a in current.assessments:
                 name = by_observer.get(a.observer_name)
                 if name is None or name in ran or severity_rank(a.severity) < _CAUTION_RANK:

@@ -457,11 +457,15 @@ class PatternObserver:
         Cycle actions may be bare tool names or ``tool(params)`` labels.
         """
         names = {a.split("(", 1)[0] for a in actions}
-        matching = [c for c in recent if not names or c.tool_name in names]
-        for call in reversed(matching):
+        last: ToolCallView | None = None  # the newest matching call, if none failed
+        for call in reversed(recent):
+            if names and call.tool_name not in names:
+                continue
             if not call.success:
                 return call
-        return matching[-1] if matching else None
+            if last is None:
+                last = call
+        return last
 
     @staticmethod
     def _inspect_tool(recent: Sequence[ToolCallView], exclude: tuple[str, ...]) -> str | None:

@@ -319,23 +319,71 @@ def compact_record(record: ToolCallRecord) -> ToolCallRecord:
     )
 
 
+#: ``json.dumps(value, sort_keys=True, default=str)`` without building an encoder
+#: per call (the same C encoder, the same text).
+_JSON_ENCODE: Final = json.JSONEncoder(sort_keys=True, default=str).encode
+
+
 def _text(value: JsonValue) -> str:
     if value is None:
         return ""
     if isinstance(value, str):
         return value
-    return json.dumps(value, sort_keys=True, default=str)
+    return _JSON_ENCODE(value)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+_RESTAMPED: Final = frozenset({"occurrences", "first_seen_ms", "call_index"})
+
+
+def _copyable_fields(cls: type) -> tuple[str, ...]:
+    """The fields :func:`_restamped` copies, or () when a copy could differ from
+    ``replace`` (an ``init=False`` field or a ``__post_init__`` may derive values)."""
+    fs = fields(cls)
+    if hasattr(cls, "__post_init__") or any(not f.init for f in fs):
+        return ()
+    return tuple(f.name for f in fs if f.name not in _RESTAMPED)
+
+
+def _restamped(
+    pattern: TrajectoryPattern, occurrences: int, first_seen_ms: int, call_index: int
+) -> TrajectoryPattern:
+    """``dataclasses.replace(pattern, occurrences=..., first_seen_ms=..., call_index=...)``
+    at a third of its cost (it runs for every active pattern on every completed
+    call): the other fields are copied as they are, so the copy equals the one
+    ``replace`` makes.  ``__init__``/``__post_init__`` are not re-run: ``pattern``
+    already passed them and the three new values are the builder's own counters.
+    """
+    cls = type(pattern)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = _copyable_fields(cls)
+    if not names:  # a plugin pattern with derived fields: let its __init__ run
+        return replace(
+            pattern, occurrences=occurrences, first_seen_ms=first_seen_ms, call_index=call_index
+        )
+    new = object.__new__(cls)
+    put = object.__setattr__
+    for name in names:
+        put(new, name, getattr(pattern, name))
+    put(new, "occurrences", occurrences)
+    put(new, "first_seen_ms", first_seen_ms)
+    put(new, "call_index", call_index)
+    return new
 
 
 class _DetectorSlot:
-    """A built detector and how to snapshot it."""
+    """A built detector and how to snapshot it; ``detect`` and ``on_event`` are its
+    bound methods, looked up once (they run on every call / every event)."""
 
-    __slots__ = ("detector", "factory", "name")
+    __slots__ = ("detect", "detector", "factory", "name", "on_event")
 
     def __init__(self, factory: Any, detector: PatternDetector) -> None:
         self.factory = factory
         self.detector = detector
         self.name = detector.name
+        self.detect = detector.detect
+        self.on_event: Any = getattr(detector, "on_event", None)
 
 
 def _event_slots(slots: list[_DetectorSlot]) -> tuple[_DetectorSlot, ...]:
@@ -407,6 +455,9 @@ class TrajectoryBuilder:
         self._active: dict[str, TrajectoryPattern] = {}
         # newer details of an active pattern (same key) not yet merged into _active
         self._latest: dict[str, TrajectoryPattern] = {}
+        # bumped by every change to the active patterns (never goes back, not even on
+        # reset): equal versions of one builder mean equal patterns()
+        self._patterns_version: int = getattr(self, "_patterns_version", -1) + 1
         self._fired: dict[tuple[str, str], int] = {}
         self._recent_ids: deque[str] = deque(maxlen=_RECENT_IDS)
         self._agent_errors = 0
@@ -429,8 +480,11 @@ class TrajectoryBuilder:
         if not self._event_slots:
             return fired
         more: list[TrajectoryPattern] = []
+        active = self._active
         for slot in self._event_slots:
-            pattern = slot.detector.on_event(ev, self)  # type: ignore[attr-defined]
+            pattern = slot.on_event(ev, self)
+            if pattern is None and slot.name not in active:
+                continue  # nothing seen, nothing to clear: what _settle would conclude
             self._settle(slot, pattern, self._completed, ev.timestamp_ms, more)
         return fired + tuple(more) if more else fired
 
@@ -539,24 +593,24 @@ class TrajectoryBuilder:
         out_digest = hashlib.blake2b(
             out_text[:4096].encode("utf-8", "surrogatepass"), digest_size=6
         ).hexdigest()
-        record = ToolCallRecord(
-            call_index=self._completed,
-            tool_name=pending.tool_name,
-            params_summary=pending.params_summary,
-            params=pending.params,
-            success=success,
-            error_message=error_message,
-            timestamp_ms=ts if lone else pending.timestamp_ms,
-            call_id=pending.call_id,
-            latency_ms=latency_ms,
-            output_summary=output_summary,
-            exact_key=info.exact_key,
-            coarse_key=info.coarse_key,
-            verb=info.verb,
-            kind=info.kind,
-            resource=info.resource,
-            error_signature=signature,
-            output_key=f"{int(success)}:{signature or ''}:{len(out_text)}:{out_digest}",
+        record = ToolCallRecord(  # positional, in field order (keywords cost more)
+            self._completed,
+            pending.tool_name,
+            pending.params_summary,
+            pending.params,
+            success,
+            error_message,
+            ts if lone else pending.timestamp_ms,
+            pending.call_id,
+            latency_ms,
+            output_summary,
+            info.exact_key,
+            info.coarse_key,
+            info.verb,
+            info.kind,
+            info.resource,
+            signature,
+            f"{int(success)}:{signature or ''}:{len(out_text)}:{out_digest}",
         )
         if pending.call_id is not None:
             self._recent_ids.append(pending.call_id)
@@ -599,11 +653,13 @@ class TrajectoryBuilder:
 
     def _run_detectors(self, record: ToolCallRecord) -> tuple[TrajectoryPattern, ...]:
         fired: list[TrajectoryPattern] = []
+        active = self._active
         for slot in self._slots:
-            self._settle(
-                slot, slot.detector.detect(self), record.call_index, record.timestamp_ms, fired
-            )
-        return tuple(fired)
+            pattern = slot.detect(self)
+            if pattern is None and slot.name not in active:
+                continue  # nothing seen, nothing to clear: what _settle would conclude
+            self._settle(slot, pattern, record.call_index, record.timestamp_ms, fired)
+        return tuple(fired) if fired else ()
 
     def _settle(
         self,
@@ -621,7 +677,9 @@ class TrajectoryBuilder:
             if prev is not None:
                 del active[name]
                 self._latest.pop(name, None)
+                self._patterns_version += 1
             return
+        self._patterns_version += 1
         if (
             prev is not None
             and prev.pattern_type == pattern.pattern_type
@@ -636,9 +694,7 @@ class TrajectoryBuilder:
         if len(self._fired) >= MAX_FIRED_KEYS:
             self._fired.pop(next(iter(self._fired)))
         self._fired[fkey] = count
-        pattern = replace(
-            pattern, occurrences=count, first_seen_ms=timestamp_ms, call_index=call_index
-        )
+        pattern = _restamped(pattern, count, timestamp_ms, call_index)
         active[name] = pattern
         self._latest.pop(name, None)
         fired.append(pattern)
@@ -713,16 +769,22 @@ class TrajectoryBuilder:
         if self._latest:
             for name, newer in self._latest.items():
                 prev = self._active[name]
-                self._active[name] = replace(
-                    newer,
-                    first_seen_ms=prev.first_seen_ms,
-                    occurrences=prev.occurrences,
-                    call_index=prev.call_index,
+                self._active[name] = _restamped(
+                    newer, prev.occurrences, prev.first_seen_ms, prev.call_index
                 )
             self._latest.clear()
         return self._active
 
+    @property
+    def patterns_version(self) -> int:
+        """Changes whenever the active patterns (or their details) change, and only
+        then: the engine skips observers that declare they would say nothing new
+        (``idle_when_unchanged``) while it, the history and the call count stay."""
+        return self._patterns_version
+
     def patterns(self) -> dict[str, TrajectoryPattern]:
+        if not self._active:
+            return {}
         return {p.pattern_type: p for p in self._merged_active().values()}
 
     def has_pattern(self, pattern_type: str) -> bool:

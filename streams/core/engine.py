@@ -39,15 +39,16 @@ depend on when the timer ran and are not reproduced by a replay of events.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from streams.core.assessment import (
     Assessment,
     AssessmentHistory,
     CurrentAssessment,
     TriggerKind,
+    max_severity,
     severity_rank,
     severity_trend,
 )
@@ -73,6 +74,9 @@ if TYPE_CHECKING:
 #: the specification's staleness window, ``CurrentAssessment.is_stale``'s default.
 STANDING_MAX_AGE_CALLS = 20
 _CAUTION_RANK = severity_rank("caution")
+#: Event types ``_validate`` can reject (besides another session's id): every other
+#: event of this session passes, so the per-event path skips the call.
+_CHECKED_TYPES: Final = frozenset({"budget", "snapshot", "restore", "session_start"})
 
 
 class AnalysisBuilder(AnalysisView, Protocol):
@@ -156,6 +160,7 @@ class SessionEngine:
 
     __slots__ = (
         "_budget",
+        "_budget_view",
         "_builder",
         "_call_count",
         "_cfg",
@@ -163,11 +168,13 @@ class SessionEngine:
         "_deadline_reported_ms",
         "_factory",
         "_history",
+        "_idle",
         "_last_event_ms",
         "_last_seq",
         "_observer_states",
         "_observers",
         "_profile",
+        "_runners",
         "_session_id",
         "_session_start_ms",
         "_snapshots",
@@ -217,6 +224,7 @@ class SessionEngine:
         self._last_event_ms = state.last_event_ms
         self._budget = state.budget
         self._tokens_used = state.tokens_used
+        self._budget_view: Budget | None = None
         self._current = state.current
         history = state.history
         if history.max_entries != self._cfg.history_size:
@@ -231,17 +239,30 @@ class SessionEngine:
         else:
             self._builder = self._factory.build_from(self._cfg.analysis, state.analysis)
         self._call_count = self._builder.tool_call_count
+        self._idle: dict[str, tuple[int, AssessmentHistory, ObserverState, int]] = {}
         self._set_profile(state.profile, dict(state.observer_states))
 
     def _set_profile(self, profile: str, states: dict[str, ObserverState]) -> None:
         specs = self._cfg.observers_for(profile)
         self._profile = profile
-        self._observers: tuple[tuple[str, ObserverConfig], ...] = tuple(
-            (s.name, s.build()) for s in specs
-        )
+        try:
+            built = _BUILT.get(specs)
+            cacheable = True
+        except TypeError:  # an unhashable threshold value: build it, do not cache it
+            built, cacheable = None, False
+        if built is None:
+            observers = tuple((s.name, s.build()) for s in specs)
+            built = (observers, tuple(_Runner(n, oc) for n, oc in observers))
+            if cacheable:
+                if len(_BUILT) >= _BUILT_MAX:
+                    _BUILT.clear()
+                _BUILT[specs] = built
+        self._observers: tuple[tuple[str, ObserverConfig], ...] = built[0]
+        self._runners: tuple[_Runner, ...] = built[1]
         self._observer_states: dict[str, ObserverState] = {
             s.name: states.get(s.name, ObserverState()) for s in specs
         }
+        self._idle.clear()
 
     # -------------------------------------------------------------- accessors
 
@@ -268,14 +289,22 @@ class SessionEngine:
 
     @property
     def budget(self) -> Budget:
-        """The effective budget: the last limits plus the tokens counted so far."""
-        b = self._budget  # built field by field: dataclasses.replace costs ~5x more
-        return Budget(
-            deadline_ms=b.deadline_ms,
-            max_tokens=b.max_tokens,
-            tokens_used=self._tokens_used,
-            max_tool_calls=b.max_tool_calls,
-        )
+        """The effective budget: the last limits plus the tokens counted so far.
+
+        Cached (every observer run reads it): invariant ``_budget_view`` is None or
+        equals the value built from ``_budget`` and ``_tokens_used``; whatever
+        assigns either of them resets it to None.
+        """
+        view = self._budget_view
+        if view is None:
+            b = self._budget  # built field by field: dataclasses.replace costs ~5x more
+            view = self._budget_view = Budget(
+                deadline_ms=b.deadline_ms,
+                max_tokens=b.max_tokens,
+                tokens_used=self._tokens_used,
+                max_tool_calls=b.max_tool_calls,
+            )
+        return view
 
     def analysis(self) -> AnalysisView:
         return self._builder.build()
@@ -338,11 +367,16 @@ class SessionEngine:
 
     def on_event(self, ev: TraceEvent) -> EngineOutput:
         """Apply one event (see the module docstring for the steps)."""
-        if ev.session_id == self._session_id and ev.seq <= self._last_seq:
-            return EngineOutput(applied=False)
-        self._validate(ev)
+        etype = ev.type
+        if ev.session_id == self._session_id:
+            if ev.seq <= self._last_seq:
+                return _NOT_APPLIED
+            if etype in _CHECKED_TYPES:
+                self._validate(ev)
+        else:
+            self._validate(ev)  # raises: another session's event
 
-        if ev.type == "restore":
+        if etype == "restore":
             self._restore(ev)
             return EngineOutput(applied=True)
 
@@ -367,12 +401,16 @@ class SessionEngine:
             )
             if b.tokens_used is not None:
                 self._tokens_used = b.tokens_used
+            self._budget_view = None
         elif ev.type == "session_start":
             profile = ev.metadata.get(META_OBSERVER_PROFILE)
             if profile is not None and profile != self._profile:
                 self._set_profile(profile, self._observer_states)
-        elif ev.type == "model_step":
-            self._tokens_used += ev.total_tokens
+        elif etype == "model_step":
+            tokens = ev.total_tokens
+            if tokens:
+                self._tokens_used += tokens
+                self._budget_view = None
 
         before = self._call_count
         fired = tuple(self._builder.on_event(ev))
@@ -380,48 +418,69 @@ class SessionEngine:
         count = analysis.tool_call_count
         self._call_count = count
         delta = max(0, count - before)
-        is_result = ev.type == "tool_result" or (ev.type == "error" and ev.call_id is not None)
+        is_result = etype == "tool_result" or (etype == "error" and ev.call_id is not None)
         call_step = delta > 0 or is_result
-        failure = is_result and (ev.type == "error" or ev.is_error)
+        failure = is_result and (etype == "error" or ev.is_error)
         # an agent message/model step/agent error is no call step, but event
         # detectors (monologue, context loop) judge it: observers that say so
         # (``watches_agent_events``) run on it too
-        agent_step = not call_step and (
-            bool(fired) or ev.type in ("message", "model_step", "error")
-        )
+        agent_step = not call_step and (bool(fired) or etype in ("message", "model_step", "error"))
 
         if delta:
             states = self._observer_states
             for name, st in states.items():  # values replaced, keys unchanged
-                states[name] = ObserverState(
-                    tool_calls_since_assessment=st.tool_calls_since_assessment + delta,
-                    last_assessment_ms=st.last_assessment_ms,
-                    last_assessment_call_index=st.last_assessment_call_index,
-                    total_assessments=st.total_assessments,
+                states[name] = ObserverState(  # positional, in field order
+                    st.tool_calls_since_assessment + delta,
+                    st.last_assessment_ms,
+                    st.last_assessment_call_index,
+                    st.total_assessments,
                 )
 
-        deadline_due = self._deadline_due(now)
+        deadline_due = self._budget.deadline_ms is not None and self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
-        for name, oc in self._observers:
-            st = self._observer_states[name]
-            due = should_trigger(
-                oc.trigger,
-                st,
-                analysis,
-                now_ms=now,
-                session_start_ms=self._session_start_ms,
-                call_step=call_step,
-                failure_completed=failure,
-            ) or (deadline_due and _watches_deadline(oc))
-            if not due and agent_step and _watches_agent_events(oc):
-                due = True
-            if due:
-                a = self._run(oc, st, analysis, now, fired)
+        states = self._observer_states
+        version: int | None = getattr(analysis, "patterns_version", None)
+        idle = self._idle
+        for r in self._runners:
+            st = states[r.name]
+            if (
+                (call_step and r.on_every_call)
+                or should_trigger(
+                    r.trigger,
+                    st,
+                    analysis,
+                    now_ms=now,
+                    session_start_ms=self._session_start_ms,
+                    call_step=call_step,
+                    failure_completed=failure,
+                )
+                or (deadline_due and r.watches_deadline)
+                or (agent_step and r.watches_agent_events)
+            ):
+                if not r.idle_when_unchanged or fired or version is None:
+                    a = self._run(r, st, analysis, now, fired)
+                else:
+                    # it said nothing on the same patterns, history, counters and call
+                    # count: it would say nothing again (its declared contract)
+                    seen = idle.get(r.name)
+                    if (
+                        seen is not None
+                        and seen[0] == version
+                        and seen[1] is self._history
+                        and seen[2] is st
+                        and seen[3] == count
+                    ):
+                        continue
+                    a = self._run(r, st, analysis, now, fired)
+                    if a is None:
+                        idle[r.name] = (version, self._history, st, count)
                 if a is not None:
-                    produced.append((name, a))
+                    produced.append((r.name, a))
 
         assessment = self._commit(produced, analysis, now, ev.seq, "event", deadline_due)
         self._last_seq = ev.seq
+        if not fired and assessment is None:
+            return _APPLIED
         patterns = tuple(
             PatternDetection(
                 session_id=self._session_id,
@@ -446,15 +505,15 @@ class SessionEngine:
         analysis: AnalysisView = self._builder
         deadline_due = self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
-        for name, oc in self._observers:
-            st = self._observer_states[name]
-            due = time_trigger_due(oc.trigger, st, now, self._session_start_ms) or (
-                deadline_due and _watches_deadline(oc)
+        for r in self._runners:
+            st = self._observer_states[r.name]
+            due = time_trigger_due(r.trigger, st, now, self._session_start_ms) or (
+                deadline_due and r.watches_deadline
             )
             if due:
-                a = self._run(oc, st, analysis, now, ())
+                a = self._run(r, st, analysis, now, ())
                 if a is not None:
-                    produced.append((name, a))
+                    produced.append((r.name, a))
         return self._commit(produced, analysis, now, self._last_seq, "timer", deadline_due)
 
     # ---------------------------------------------------------------- helpers
@@ -465,7 +524,7 @@ class SessionEngine:
 
     def _run(
         self,
-        oc: ObserverConfig,
+        r: _Runner,
         st: ObserverState,
         analysis: AnalysisView,
         now: int,
@@ -473,18 +532,21 @@ class SessionEngine:
     ) -> Assessment | None:
         assert self._session_start_ms is not None
         ctx = ObserverContext(
-            session_id=self._session_id,
-            analysis=analysis,
-            observer_state=st,
-            budget=self.budget,
-            now_ms=now,
-            session_start_ms=self._session_start_ms,
-            new_patterns=fired,
-            history=self._history,
+            self._session_id,
+            analysis,
+            st,
+            self._budget_view or self.budget,
+            now,
+            self._session_start_ms,
+            fired,
+            self._history,
         )
-        if not oc.observer.should_run(ctx):
+        if r.assess is not None:
+            return r.assess(ctx)
+        observer = r.observer
+        if not observer.should_run(ctx):
             return None
-        return oc.observer.observe(ctx)
+        return observer.observe(ctx)
 
     def _commit(
         self,
@@ -506,19 +568,19 @@ class SessionEngine:
                 last_assessment_call_index=count,
                 total_assessments=st.total_assessments + 1,
             )
-        if deadline_due and any(_watches_deadline(oc) for _, oc in self._observers):
+        if deadline_due and any(r.watches_deadline for r in self._runners):
             self._deadline_reported_ms = self._budget.deadline_ms
         previous = self._history.latest
+        assessments = self._with_standing(produced, count)
+        severity = max_severity(*(a.severity for a in assessments))
         current = CurrentAssessment(
-            assessments=self._with_standing(produced, count),
+            assessments=assessments,
             generated_at_ms=now,
             call_index=count,
             session_id=self._session_id,
             seq=seq,
             trigger=trigger,
-        )
-        current = replace(
-            current, trend=severity_trend(previous.severity if previous else None, current.severity)
+            trend=severity_trend(previous.severity if previous else None, severity),
         )
         self._current = current
         self._history = self._history.add(current)
@@ -547,7 +609,7 @@ class SessionEngine:
         standing: dict[str, Assessment] = {}
         current = self._current
         if current is not None:
-            by_observer = {oc.observer.name: name for name, oc in self._observers}
+            by_observer = {r.observer.name: r.name for r in self._runners}
             for a in current.assessments:
                 name = by_observer.get(a.observer_name)
                 if name is None or name in ran or severity_rank(a.severity) < _CAUTION_RANK:
@@ -577,14 +639,66 @@ class SessionEngine:
         self._load(replace(point, last_seq=ev.seq, last_event_ms=last_event))
 
 
-def _watches_agent_events(oc: ObserverConfig) -> bool:
-    return bool(getattr(oc.observer, "watches_agent_events", False))
+_APPLIED: Final = EngineOutput(applied=True)
+#: Built observers and their runners per observer-spec tuple: every session of a
+#: configuration runs the same frozen observers (built-in kinds are frozen values
+#: with no per-session state), so they are built once, not once per session.
+_BUILT: dict[
+    tuple[Any, ...], tuple[tuple[tuple[str, ObserverConfig], ...], tuple[_Runner, ...]]
+] = {}
+_BUILT_MAX: Final = 64
+_NOT_APPLIED: Final = EngineOutput(applied=False)
 
 
-def _watches_deadline(oc: ObserverConfig) -> bool:
-    # getattr, not isinstance(obs, DeadlineAware): a runtime Protocol check is slow
-    # and this runs for every observer on every assessed event (docs/faust-notes.md)
-    return bool(getattr(oc.observer, "reports_deadline", False))
+class _Runner:
+    """One configured observer with what the per-event loop asks of it, looked up
+    once per profile instead of once per event (getattr, not
+    ``isinstance(obs, DeadlineAware)``: a runtime Protocol check is slow,
+    docs/faust-notes.md).
+
+    ``assess`` is the observer's optional one-pass ``assess(context)`` (equal to
+    ``observe(context) if should_run(context) else None``, judging the context
+    once); None for observers without it.  Both it and ``idle_when_unchanged``
+    are promises about ``should_run``/``observe``, so they are honoured only when
+    the class that defines them also defines those (a subclass overriding
+    ``should_run`` falls back to the plain calls).
+    """
+
+    __slots__ = (
+        "assess",
+        "idle_when_unchanged",
+        "name",
+        "observer",
+        "on_every_call",
+        "trigger",
+        "watches_agent_events",
+        "watches_deadline",
+    )
+
+    def __init__(self, name: str, oc: ObserverConfig) -> None:
+        self.name = name
+        self.observer = oc.observer
+        self.trigger = oc.trigger
+        self.on_every_call = oc.trigger.on_every_call
+        self.watches_agent_events = bool(getattr(oc.observer, "watches_agent_events", False))
+        self.watches_deadline = bool(getattr(oc.observer, "reports_deadline", False))
+        cls = type(oc.observer)
+        self.idle_when_unchanged = _defined_together(
+            cls, "idle_when_unchanged", "should_run"
+        ) and bool(getattr(oc.observer, "idle_when_unchanged", False))
+        assess = getattr(oc.observer, "assess", None)
+        self.assess: Callable[[ObserverContext], Assessment | None] | None = (
+            assess
+            if callable(assess) and _defined_together(cls, "assess", "should_run", "observe")
+            else None
+        )
+
+
+def _defined_together(cls: type, *names: str) -> bool:
+    """True when one class of ``cls``'s MRO defines all of ``names`` (the first that
+    defines each is the same class)."""
+    owners = {next((k for k in cls.__mro__ if name in vars(k)), None) for name in names}
+    return len(owners) == 1 and None not in owners
 
 
 __all__ = [

@@ -61,9 +61,10 @@ counts only, no timers), so a replay reproduces refreshes and escalations.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from streams.core.assessment import Assessment, Observation, Severity, max_severity
 from streams.core.errors import ConfigError
@@ -101,6 +102,14 @@ ESCALATING_PATTERNS: Final[frozenset[str]] = frozenset(
 _WARN_AT_CONFIDENCE: Final[frozenset[str]] = frozenset({"doom_loop", "monologue", "context_loop"})
 
 
+@functools.lru_cache(maxsize=1024)
+def _inspects(tool_name: str) -> bool:
+    """The tool's name has an ``_INSPECT_HINTS`` fragment (memoized: asked for up to
+    ``recent_window`` calls per assessment, over the same few tool names)."""
+    lowered = tool_name.lower()
+    return any(h in lowered for h in _INSPECT_HINTS)
+
+
 def _short(text: str, limit: int = 40) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3].rstrip() + " ..."
@@ -114,9 +123,10 @@ def _call_label(call: ToolCallView) -> str:
     return f"{call.tool_name}({params})"
 
 
-@dataclass(frozen=True, slots=True)
-class _Judged:
-    """One active pattern as the observer judges it on this call."""
+class _Judged(NamedTuple):
+    """One active pattern as the observer judges it on this call (a NamedTuple:
+    built for every active pattern on nearly every event, and a tuple is the
+    cheapest immutable value to build)."""
 
     pattern: PatternView
     base: Severity
@@ -179,6 +189,20 @@ class PatternObserver:
         """Run on agent messages/model steps too (monologue, context loop)."""
         return True
 
+    @property
+    def idle_when_unchanged(self) -> bool:
+        """The engine may skip a run that would see what its last silent run saw.
+
+        Contract (what makes the skip exact): whether it speaks is decided from
+        ``analysis.patterns()``, ``analysis.tool_call_count``, ``new_patterns``,
+        ``observer_state`` and ``history`` only, never from the budget or the
+        clock.  So with no new patterns and the same patterns (the builder's
+        ``patterns_version``), history, observer state and call count as a run
+        that returned nothing, it returns nothing again.  Keep ``should_run``
+        that way or drop this flag.
+        """
+        return True
+
     # ------------------------------------------------------------------ policy
 
     def pattern_severity(self, pattern: PatternView) -> Severity:
@@ -209,27 +233,46 @@ class PatternObserver:
             by_type[p.pattern_type] = p
         return tuple(by_type.values())
 
-    def _judge(self, context: ObserverContext) -> list[_Judged]:
+    def _judge(self, context: ObserverContext, previous: Assessment | None) -> list[_Judged]:
         """Each active pattern with its base and effective severity and, when the
-        agent was already told about it, the call it was first reported at."""
-        previous = context.history.last_for(self.name)
-        told: dict[tuple[str, int], int] = {}
-        if previous is not None:
-            told = {(t, fired): first for t, fired, first in previous.tracked}
+        agent was already told about it, the call it was first reported at.
+
+        ``previous`` is this observer's last assessment (``history.last_for``)."""
+        active = self._active(context)
+        if not active:
+            return []
+        tracked = previous.tracked if previous is not None else ()
+        call = context.analysis.tool_call_count
+        severity = self.pattern_severity
         out: list[_Judged] = []
-        for p in self._active(context):
-            base = self.pattern_severity(p)
-            first = told.get((p.pattern_type, p.call_index))
+        for p in active:
+            base = severity(p)
+            first: int | None = None
+            if tracked:  # a few entries: a scan is cheaper than building a dict per event
+                ptype = p.pattern_type
+                fired_at = p.call_index
+                for t, fired, reported in tracked:
+                    if fired == fired_at and t == ptype:
+                        first = reported  # the last match wins, as in a dict of tracked
             effective = base
             if (
                 base == "caution"
-                and p.pattern_type in ESCALATING_PATTERNS
                 and first is not None
-                and context.call_index - first >= self.escalate_after_calls
+                and p.pattern_type in ESCALATING_PATTERNS
+                and call - first >= self.escalate_after_calls
             ):
                 effective = "warning"
             out.append(_Judged(p, base, effective, first))
         return out
+
+    def assess(self, context: ObserverContext) -> Assessment | None:
+        """``observe(context) if should_run(context) else None``, judging the
+        context once (the engine calls this on every event that may concern it)."""
+        previous = context.history.last_for(self.name)
+        judged = self._judge(context, previous)
+        if not self._should_run(context, judged, previous):
+            return None
+        return self._observe(context, judged, previous)
 
     def should_run(self, context: ObserverContext) -> bool:
         """Speak on a newly fired pattern of at least caution severity, when the
@@ -239,15 +282,26 @@ class PatternObserver:
         assessment replaced this one's (module docstring).  Weak (info) patterns
         alone never make it speak; they are included when it speaks for another
         reason."""
-        judged = self._judge(context)
-        current = max_severity(*(j.effective for j in judged))
         previous = context.history.last_for(self.name)
+        return self._should_run(context, self._judge(context, previous), previous)
+
+    def _should_run(
+        self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
+    ) -> bool:
+        current: Severity = "info"
+        for j in judged:  # max_severity, written out (this runs on nearly every event)
+            if j.effective == "warning":
+                current = "warning"
+                break
+            if j.effective == "caution":
+                current = "caution"
         if previous is None:
             return current != "info"
         if not judged:
             return bool(previous.observations)  # patterns cleared since we last spoke: say so once
-        if any(self.pattern_severity(p) != "info" for p in context.new_patterns):
-            return True
+        for p in context.new_patterns:
+            if self.pattern_severity(p) != "info":
+                return True
         if current != previous.severity:
             return True
         if current == "info":
@@ -256,14 +310,22 @@ class PatternObserver:
         if since >= self.refresh_calls:
             return True
         latest = context.history.latest
-        return latest is not None and all(a.observer_name != self.name for a in latest.assessments)
+        if latest is None:
+            return False
+        name = self.name
+        return all(a.observer_name != name for a in latest.assessments)
 
     # ----------------------------------------------------------------- observe
 
     def observe(self, context: ObserverContext) -> Assessment:
-        judged = self._judge(context)
+        previous = context.history.last_for(self.name)
+        return self._observe(context, self._judge(context, previous), previous)
+
+    def _observe(
+        self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
+    ) -> Assessment:
         if not judged:
-            return self._cleared(context)
+            return self._cleared(context, previous)
         call = context.call_index
         recent = context.recent_tool_calls(self.recent_window)
         observations: list[Observation] = []
@@ -324,9 +386,8 @@ class PatternObserver:
             tracked=tuple(tracked),
         )
 
-    def _cleared(self, context: ObserverContext) -> Assessment:
+    def _cleared(self, context: ObserverContext, previous: Assessment | None) -> Assessment:
         """Say once that the patterns stopped (naming those that were reported)."""
-        previous = context.history.last_for(self.name)
         stopped = previous.tracked if previous is not None else ()
         if not stopped:
             summary = "No trajectory patterns are active any more; the earlier ones cleared."
@@ -396,22 +457,22 @@ class PatternObserver:
         Cycle actions may be bare tool names or ``tool(params)`` labels.
         """
         names = {a.split("(", 1)[0] for a in actions}
-        matching = [c for c in recent if not names or c.tool_name in names]
-        for call in reversed(matching):
+        last: ToolCallView | None = None  # the newest matching call, if none failed
+        for call in reversed(recent):
+            if names and call.tool_name not in names:
+                continue
             if not call.success:
                 return call
-        return matching[-1] if matching else None
+            if last is None:
+                last = call
+        return last
 
     @staticmethod
     def _inspect_tool(recent: Sequence[ToolCallView], exclude: tuple[str, ...]) -> str | None:
         """A read-only tool the agent already used successfully, to point it back to."""
         for call in reversed(recent):
             name = call.tool_name
-            if (
-                call.success
-                and name not in exclude
-                and any(h in name.lower() for h in _INSPECT_HINTS)
-            ):
+            if call.success and name not in exclude and _inspects(name):
                 return name
         return None
 

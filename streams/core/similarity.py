@@ -286,6 +286,11 @@ def sequence_similarity(seq_a: Sequence[str], seq_b: Sequence[str], n: int = 2) 
     return len(a & b) / union if union else 1.0
 
 
+#: ``json.dumps(value, sort_keys=True, default=str)`` without building an encoder
+#: per call (the same C encoder, the same text).
+_JSON_ENCODE: Final = json.JSONEncoder(sort_keys=True, default=str).encode
+
+
 def params_text(params: JsonValue) -> str:
     """The text that identifies a call's arguments (deterministic).
 
@@ -306,8 +311,8 @@ def params_text(params: JsonValue) -> str:
         if len(parts) == len(params):
             return " ".join(parts)
         rest = {k: v for k, v in params.items() if not (k in _PARAM_KEYS and isinstance(v, str))}
-        return " ".join(parts) + " " + json.dumps(rest, sort_keys=True, default=str)
-    return json.dumps(params, sort_keys=True, default=str)
+        return " ".join(parts) + " " + _JSON_ENCODE(rest)
+    return _JSON_ENCODE(params)
 
 
 def summarize_params(params: JsonValue, limit: int = SUMMARY_LIMIT) -> str:

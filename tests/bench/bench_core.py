@@ -2,7 +2,7 @@
 
 A script, not a test (no assertions on time).  Run from the repo root::
 
-    python tests/bench/bench_core.py [--events 200000] [--repeat 3]
+    python tests/bench/bench_core.py [--events 200000] [--repeat 3] [--engine]
 
 It builds a deterministic synthetic trajectory mix (healthy stretches, exact
 and fuzzy loops, error bursts, read/write alternation; seed 1234), feeds it
@@ -11,6 +11,12 @@ through one :class:`TrajectoryBuilder` per session with window 50 and window
 ``../shared/trajdata`` (or ``$TRAJDATA_DIR``) exists it does the same for the
 real SWE-agent and mini-swe-agent runs (read with ``streams.importers``).
 Event construction and file parsing are outside the timed region.
+
+With ``--engine`` it also runs the whole :class:`SessionEngine` (default
+``EngineConfig``: all default detectors plus the resource and pattern
+observers, i.e. what the worker and replay run per event) and prints its CPU
+µs per event (process time, less sensitive to the shared machine's load than
+wall time) and the assessments it produced.
 """
 
 from __future__ import annotations
@@ -147,7 +153,32 @@ def run(sessions: Sequence[Sequence[TraceEvent]], window: int, repeat: int) -> t
     return best, fired
 
 
-def report(label: str, sessions: Sequence[Sequence[TraceEvent]], repeat: int) -> None:
+def run_engine(sessions: Sequence[Sequence[TraceEvent]], repeat: int) -> tuple[float, int]:
+    """Best-of-``repeat`` CPU seconds to feed every session through a default
+    ``SessionEngine``; and the number of assessments produced."""
+    from streams.core.config import EngineConfig
+    from streams.core.engine import SessionEngine
+
+    cfg = EngineConfig()
+    best = float("inf")
+    produced = 0
+    for _ in range(repeat):
+        gc.collect()
+        produced = 0
+        t0 = time.process_time()
+        for events in sessions:
+            if not events:
+                continue
+            on_event = SessionEngine.create(events[0].session_id, cfg).on_event
+            for ev in events:
+                produced += on_event(ev).assessment is not None
+        best = min(best, time.process_time() - t0)
+    return best, produced
+
+
+def report(
+    label: str, sessions: Sequence[Sequence[TraceEvent]], repeat: int, engine: bool = False
+) -> None:
     n = sum(len(s) for s in sessions)
     calls = sum(1 for s in sessions for e in s if e.type == "tool_call")
     print(f"== {label}: {len(sessions)} sessions, {n} events ({calls} tool calls)")
@@ -166,6 +197,9 @@ def report(label: str, sessions: Sequence[Sequence[TraceEvent]], repeat: int) ->
             f"{calls / secs:>9,.0f} calls/s  patterns fired {fired[window]}"
         )
     print(f"ratio window500/window50 time: {results[500] / results[50]:.3f}")
+    if engine:
+        cpu, produced = run_engine(sessions, repeat)
+        print(f"engine (EngineConfig()): {cpu * 1e6 / n:6.2f} CPU µs/event  {produced} assessments")
 
 
 def trajdata_dir() -> Path | None:
@@ -178,9 +212,12 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--events", type=int, default=200_000)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument(
+        "--engine", action="store_true", help="also time the whole SessionEngine (CPU µs/event)"
+    )
     args = ap.parse_args()
-    print(f"python {sys.version.split()[0]}")
-    report("synthetic", synthetic_sessions(args.events), args.repeat)
+    print(f"python {sys.version.split()[0]}  load average {os.getloadavg()[0]:.2f}")
+    report("synthetic", synthetic_sessions(args.events), args.repeat, args.engine)
     data = trajdata_dir()
     if data is None:
         print("trajdata not found (set TRAJDATA_DIR): real-data runs skipped")
@@ -196,7 +233,7 @@ def main() -> int:
     ):
         files = sorted(data.glob(pattern))
         sessions = [list(read_events(f)) for f in files]
-        report(f"{label} ({len(files)} files)", sessions, args.repeat)
+        report(f"{label} ({len(files)} files)", sessions, args.repeat, args.engine)
     return 0
 
 

@@ -166,25 +166,30 @@ class DoomLoopLogic:
         exact = self._exact
         outs = self._out
         ccount = self._ccount
+        past = self._bits
+        n_past = len(past)
+        key = rec.exact_key
+        coarse = rec.coarse_key
+        out_key = rec.output_key
         bits: list[bool] = [False]
         for length in range(1, self._max + 1):
             if n >= length:
                 prev = hist[-length]
-                if prev.exact_key == rec.exact_key:
+                if prev.exact_key == key:
                     exact[length] += 1
-                    outs[length] = outs[length] + 1 if prev.output_key == rec.output_key else 0
+                    outs[length] = outs[length] + 1 if prev.output_key == out_key else 0
                 else:
                     exact[length] = 0
                     outs[length] = 0
-                bit = prev.coarse_key == rec.coarse_key
+                bit = prev.coarse_key == coarse
             else:
                 bit = False
             bits.append(bit)
             # rolling count of coarse period matches over the last length*(thr-1) calls
             span = length * (thr - 1)
             ccount[length] += bit
-            if len(self._bits) >= span:
-                ccount[length] -= self._bits[-span][length]
+            if n_past >= span:
+                ccount[length] -= past[-span][length]
         hist.append(analysis.last_compact or rec)
         self._bits.append(tuple(bits))
 

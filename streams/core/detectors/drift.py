@@ -13,6 +13,7 @@ O(scope_paths) per path-bearing call.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections import deque
 from dataclasses import dataclass
@@ -22,7 +23,13 @@ from streams.core.errors import ConfigError
 from streams.core.patterns import AnalysisView, Drift, ToolCallRecord
 from streams.core.statecodec import state_type
 
-_TASK_PATH = re.compile(r"[A-Za-z_][\w\-]*(?:[/.][\w\-]+){2,}")
+#: ``a/b/c`` or ``a.b.c`` tokens.  Finds exactly what ``[A-Za-z_][\w\-]*(?:[/.][\w\-]+){2,}``
+#: finds, at a third of the cost on long task texts: a ``[\w-]`` run can only be followed
+#: by ``[/.]`` at its end, so giving back part of a run never helps (possessive ``*+``,
+#: ``++``), and a start right after an ASCII letter or ``_`` was already tried from that
+#: letter on the same run and continuation (the lookbehind).  Pinned against the plain
+#: pattern by ``tests/unit/core/test_engine_fastpaths.py``.
+_TASK_PATH = re.compile(r"(?<![A-Za-z_])[A-Za-z_][\w\-]*+(?:[/.][\w\-]++){2,}")
 
 
 @state_type("drift.snapshot/1")
@@ -59,14 +66,25 @@ class DriftDetector:
         return logic
 
 
+@functools.lru_cache(maxsize=4096)
 def _dir_prefix(path: str, depth: int) -> str:
+    """The first ``depth`` directories of ``path`` (memoized: agents keep working
+    on the same few paths, and every call that names one asks)."""
     parts = [p for p in path.replace("\\", "/").split("/") if p and p != "."][:-1]
     return "/".join(parts[:depth])
 
 
 def task_paths(task: str, limit: int = 10) -> list[str]:
     """Paths the task text names: ``a/b/c.py`` tokens and dotted module names
-    (``pkg.sub.mod`` → ``pkg/sub/mod``), first ``limit`` distinct ones."""
+    (``pkg.sub.mod`` → ``pkg/sub/mod``), first ``limit`` distinct ones.
+
+    Memoized (a fresh list each call): every session of a task scans the same
+    text, once per session but up to ``MAX_TASK_CHARS`` of it."""
+    return list(_task_paths(task, limit))
+
+
+@functools.lru_cache(maxsize=256)
+def _task_paths(task: str, limit: int) -> tuple[str, ...]:
     found: list[str] = []
     for m in _TASK_PATH.finditer(task[:20_000]):
         token = m.group(0).strip(".")
@@ -79,7 +97,7 @@ def task_paths(task: str, limit: int = 10) -> list[str]:
             found.append(token)
             if len(found) >= limit:
                 break
-    return found
+    return tuple(found)
 
 
 class DriftLogic:

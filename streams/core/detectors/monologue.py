@@ -91,11 +91,15 @@ class MonologueDetector:
 class MonologueLogic:
     """Per-session monologue state (see the module docstring)."""
 
-    __slots__ = ("anchor", "last_text", "run", "sim", "thr")
+    __slots__ = ("_seen", "anchor", "last_text", "run", "sim", "thr")
 
     def __init__(self, threshold: int, sim: float) -> None:
         self.thr = threshold
         self.sim = sim
+        # the last utterance's raw text -> (normalized, cited form): a monologue is
+        # the same text again, whose normalization need not be redone.  A cache,
+        # not state (not in the snapshot; derived from the text alone).
+        self._seen: tuple[str, str, str] | None = None
         self.reset()
 
     @property
@@ -126,12 +130,18 @@ class MonologueLogic:
             or etype == "model_step"
         ) and isinstance(text, str)
         if utterance and text.strip():
-            norm = normalize_utterance(text)
+            seen = self._seen
+            if seen is not None and seen[0] == text:
+                norm, cited = seen[1], seen[2]
+            else:
+                norm = normalize_utterance(text)
+                cited = abbreviate(" ".join(text.split()), 200)
+                self._seen = (text, norm, cited)
             if self.anchor is not None and _similar(self.anchor, norm, self.sim):
                 self.run += 1
             else:
                 self.anchor, self.run = norm, 1
-            self.last_text = abbreviate(" ".join(text.split()), 200)
+            self.last_text = cited
         return self._pattern(event.timestamp_ms, analysis.tool_call_count)
 
     def _pattern(self, ts: int, call_index: int) -> Monologue | None:

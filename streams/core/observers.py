@@ -177,7 +177,12 @@ class ObserverContext:
 
 @runtime_checkable
 class TrajectoryObserver(Protocol):
-    """Programmatic assessment of an agent's trajectory (pure, deterministic)."""
+    """Programmatic assessment of an agent's trajectory (pure, deterministic).
+
+    Invariant: an observer holds no per-session state (what it remembers lives in
+    the engine's ``ObserverState``): the engine builds one instance per observer
+    configuration and every session of that configuration runs it.
+    """
 
     @property
     def name(self) -> str: ...

@@ -216,8 +216,13 @@ class EventBatchHandler:
         metrics = self.metrics
         sends: list[tuple[str, bytes | None, bytes, Headers | None]] = []
         handled: list[RecordLike] = []
+        # per-event figures, recorded once per batch (WorkerMetrics.on_events)
+        types: dict[str, int] = {}
+        seconds: list[float] = []
+        timestamps: list[int] = []
+        perf_ns = time.perf_counter_ns
         for record in records:
-            started_ns = time.perf_counter_ns()
+            started_ns = perf_ns()
             value = record.value
             try:
                 if value is None:
@@ -279,12 +284,19 @@ class EventBatchHandler:
                     record.offset,
                     exc,
                 )
+                if metrics is not None:
+                    metrics.on_events(types, seconds, timestamps)
                 return sends, handled, exc
             if metrics is not None:
-                metrics.on_event(event.type, started_ns, event.timestamp_ms)
+                etype = event.type
+                types[etype] = types.get(etype, 0) + 1
+                seconds.append(max(0, perf_ns() - started_ns) / 1e9)
+                timestamps.append(event.timestamp_ms)
                 metrics.on_outputs(result.engine)
             sends.extend(self._output_sends(outs))
             handled.append(record)
+        if metrics is not None:
+            metrics.on_events(types, seconds, timestamps)
         return sends, handled, None
 
     def _output_sends(

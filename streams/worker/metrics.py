@@ -10,6 +10,8 @@ valid input and cost a few microseconds):
 * :meth:`WorkerMetrics.on_event` after an event was processed (applied or a
   duplicate): counts it by type, observes the processing time and the
   event-time lag (wall clock now - the event's ``timestamp_ms``);
+  :meth:`WorkerMetrics.on_events` does the same for a whole fetched batch (the
+  worker's batch handler calls it once per batch);
 * :meth:`WorkerMetrics.on_outputs` with the core engine's
   :class:`~streams.core.engine.EngineOutput`: counts fired patterns by type and
   new assessments by (top) severity; a duplicate (``applied`` False) counts nothing;
@@ -27,8 +29,10 @@ pattern types, severities, error class names, partitions) -- never session ids.
 
 from __future__ import annotations
 
+import math
 import time
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -128,6 +132,32 @@ class WorkerMetrics:
             self.event_time_lag.observe(lag)
             self.event_time_lag_last.set(lag)
 
+    def on_events(
+        self, types: Mapping[str, int], seconds: Sequence[float], timestamps_ms: Sequence[int]
+    ) -> None:
+        """Many events processed (a fetched batch): what :meth:`on_event` records for
+        each, at a fraction of the cost.
+
+        ``types``: how many events of each type; ``seconds``: each event's processing
+        time; ``timestamps_ms``: each event's ``timestamp_ms`` (lag = wall clock now
+        minus it, negative counts as 0; the last one sets the "last" gauge).  Why: one
+        ``on_event`` is ~2.5 us (a lock per counter, sum and bucket), about 3 % of the
+        worker's per-event CPU; here each counter, sum and bucket is incremented once
+        per batch.
+        """
+        children = self._event_children
+        for event_type, n in types.items():
+            child = children.get(event_type)
+            if child is None:
+                child = children[event_type] = self.events.labels(event_type)
+            child.inc(n)
+        _observe_many(self.processing, seconds)
+        if timestamps_ms:
+            now = time.time()
+            lags = [max(0.0, now - ts / 1000.0) for ts in timestamps_ms]
+            _observe_many(self.event_time_lag, lags)
+            self.event_time_lag_last.set(lags[-1])
+
     def on_outputs(self, output: EngineOutput | None) -> None:
         """Count what the engine produced for one event (nothing for a duplicate)."""
         if output is None or not output.applied:
@@ -161,6 +191,32 @@ class WorkerMetrics:
     def render(self) -> bytes:
         """The Prometheus text exposition of this registry."""
         return generate_latest(self.registry)
+
+
+def _observe_many(histogram: Histogram, amounts: Sequence[float]) -> None:
+    """``histogram.observe(a)`` for each of ``amounts`` (finite, as the worker's are),
+    incrementing the sum and each bucket touched once.
+
+    Reads prometheus_client's Histogram internals (``_upper_bounds``, ``_buckets``:
+    per-bucket counts, ``_sum``; 0.20-0.26); without them it observes one by one.
+    ``tests/unit/worker/test_metrics_worker.py`` checks both give the same exposition.
+    """
+    if not amounts:
+        return
+    bounds: list[float] | None = getattr(histogram, "_upper_bounds", None)
+    buckets: list[Any] | None = getattr(histogram, "_buckets", None)
+    total: Any = getattr(histogram, "_sum", None)
+    if bounds is None or buckets is None or total is None or len(bounds) != len(buckets):
+        for amount in amounts:
+            histogram.observe(amount)
+        return
+    counts = [0] * len(bounds)
+    for amount in amounts:
+        counts[bisect_left(bounds, amount)] += 1  # the first bound >= amount, as observe
+    total.inc(math.fsum(amounts))
+    for bucket, n in zip(buckets, counts, strict=True):
+        if n:
+            bucket.inc(n)
 
 
 def faust_events_lag(app: object, events_topic: str) -> dict[int, int]:

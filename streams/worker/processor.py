@@ -56,7 +56,7 @@ from streams.worker.state import (
     BudgetState,
     MinuteCounts,
     SessionCounters,
-    canonical_bytes,
+    canonical_text,
     minute_key,
     minute_start,
 )
@@ -355,7 +355,7 @@ class EventProcessor:
         changed if the event is invalid, including one whose content cannot be
         stored (see :func:`check_storable`): the caller dead-letters it.
         """
-        event_json = check_storable(event)
+        event_json, event_text = storable_json(event)
         sid = event.session_id
         engine_out: EngineOutput | None = None
         if self.engines is not None:
@@ -381,7 +381,7 @@ class EventProcessor:
             SessionCounters.decode,
             lambda: SessionCounters(session_id=sid),
         )
-        new_session = session.apply(event, event_json)
+        new_session = session.apply(event, event_json, event_text)
         if new_session is not None and engine_out is not None and engine_out.patterns:
             new_session = new_session.with_patterns(
                 tuple(str(d.pattern.pattern_type) for d in engine_out.patterns)
@@ -670,6 +670,17 @@ def check_storable(event: TraceEvent) -> dict[str, Any]:
 
     Returns ``event_to_json(event)``, the form the session counters keep (their
     ``recent`` window), so the event is turned into JSON once per apply.
+    :func:`storable_json` also returns its canonical text.
+    """
+    return storable_json(event)[0]
+
+
+def storable_json(event: TraceEvent) -> tuple[dict[str, Any], str]:
+    """``event_to_json(event)`` and its canonical JSON text (``canonical_bytes`` of it,
+    as ``str``), or ``InvalidEventError`` if ``event`` cannot be part of a table value.
+
+    The text is made anyway to check the event (below); the session counters keep it
+    so their flush writes it instead of dumping the entry again.
 
     Every table value is strict JSON (``streams.worker.state.canonical_bytes``) or
     the state codec, which both refuse NaN/Infinity, lone surrogates and
@@ -681,14 +692,15 @@ def check_storable(event: TraceEvent) -> dict[str, Any]:
     """
     try:
         as_json = event_to_json(event)
-        canonical_bytes(as_json)
+        text = canonical_text(as_json)
+        text.encode("utf-8")  # a lone surrogate cannot be stored
     except (ValueError, TypeError, RecursionError) as exc:
         raise InvalidEventError(
             "input/output/metadata",
             f"cannot be stored as strict JSON: {exc} (send finite numbers, no NaN/Infinity, "
             "valid Unicode text and nesting the decoder accepts)",
         ) from exc
-    return as_json
+    return as_json, text
 
 
 def write_all(writes: Iterable[TableWrite], tables: dict[TableName, BytesTable]) -> None:
@@ -705,5 +717,6 @@ __all__ = [
     "TableWrite",
     "TimerAssessment",
     "check_storable",
+    "storable_json",
     "write_all",
 ]

@@ -41,9 +41,20 @@ MINUTE_MS: Final = 60_000
 
 def canonical_bytes(value: Any) -> bytes:
     """Sorted keys, compact separators, UTF-8: one byte string per value."""
+    return canonical_text(value).encode("utf-8")
+
+
+def canonical_text(value: Any) -> str:
+    """:func:`canonical_bytes` before the UTF-8 encoding (which fails on a lone surrogate)."""
     return json.dumps(
         value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    )
+
+
+#: How ``SessionCounters.encode`` finds where the recent entries go (see there).
+_EMPTY_RECENT: Final = '"recent":[],"seq_gaps":'
+#: The length of its ``"recent":[]`` part.
+_RECENT_KEY_LEN: Final = len('"recent":[]')
 
 
 def _fields(value: Any) -> dict[str, Any]:
@@ -99,15 +110,29 @@ class SessionCounters:
     recent: tuple[dict[str, Any], ...] = ()
     #: How often the core engine reported each pattern type as fired (not detected here).
     patterns_fired: dict[str, int] = field(default_factory=dict)
+    #: A cache for :meth:`encode`, neither encoded nor compared: the canonical JSON
+    #: text of each ``recent`` entry (``canonical_bytes(entry)`` as ``str``), aligned
+    #: with ``recent``, ``None`` where not known (a value read back from a table);
+    #: ``()`` when none is known.  Why: the worker writes a session's counters at every
+    #: commit it was touched in, and dumping the 20 recent events again each time cost
+    #: ~40 us per session (docs/faust-notes.md "Measured costs"); the worker makes each
+    #: text once anyway, when it checks the event is storable.
+    recent_text: tuple[str | None, ...] = field(default=(), compare=False, repr=False)
 
     def apply(
-        self, event: TraceEvent, event_json: dict[str, Any] | None = None
+        self,
+        event: TraceEvent,
+        event_json: dict[str, Any] | None = None,
+        event_text: str | None = None,
     ) -> SessionCounters | None:
         """The value after ``event``, or ``None`` when ``event.seq`` was already applied.
 
         ``event_json``: ``event_to_json(event)`` if the caller made it already (the
         worker does, to check the event is storable); it becomes the newest
-        ``recent`` entry, so it must not be changed afterwards.
+        ``recent`` entry, so it must not be changed afterwards.  ``event_text``:
+        ``canonical_bytes(event_json).decode()`` if the caller made it (only with
+        ``event_json``); :meth:`encode` then writes that text instead of dumping the
+        entry again.
         """
         last_seq = self.last_seq
         seq = event.seq
@@ -120,6 +145,13 @@ class SessionCounters:
             *self.recent,
             event_to_json(event) if event_json is None else event_json,
         )[-RECENT_LIMIT:]
+        texts = self.recent_text
+        if event_text is not None and event_json is not None:
+            if len(texts) != len(self.recent):
+                texts = (None,) * len(self.recent)
+            texts = (*texts, event_text)[-RECENT_LIMIT:]
+        elif texts:
+            texts = (*texts, None)[-RECENT_LIMIT:] if len(texts) == len(self.recent) else ()
         first = self.first_event_ms
         last = self.last_event_ms
         # the constructor, not dataclasses.replace (which looks the fields up on
@@ -140,6 +172,7 @@ class SessionCounters:
             ended=self.ended or etype == "session_end",
             recent=recent,
             patterns_fired=self.patterns_fired,
+            recent_text=texts,
         )
 
     def with_patterns(self, pattern_types: tuple[str, ...]) -> SessionCounters:
@@ -153,11 +186,35 @@ class SessionCounters:
 
     def to_json(self) -> dict[str, Any]:
         out = _fields(self)
+        del out["recent_text"]
         out["recent"] = list(self.recent)
         return out
 
     def encode(self) -> bytes:
-        return canonical_bytes({"v": STATE_VERSION, **self.to_json()})
+        """``canonical_bytes({"v": STATE_VERSION, **self.to_json()})``, with each
+        ``recent`` entry's known text (``recent_text``) written as is: the same bytes
+        (canonical JSON of a list is its items' canonical texts joined by commas)."""
+        texts = self.recent_text
+        if not texts or len(texts) != len(self.recent):
+            return canonical_bytes({"v": STATE_VERSION, **self.to_json()})
+        out = self.to_json()
+        out["recent"] = []
+        out["v"] = STATE_VERSION
+        text = canonical_text(out)
+        # The one top-level "recent" key: inside a JSON string a quote is escaped, so
+        # no string can hold this marker, and "seq_gaps" is the next key in sorted
+        # order (patterns_fired, the only key before it with user-given keys, holds
+        # ints).
+        at = text.index(_EMPTY_RECENT)
+        items = ",".join(
+            [
+                t if t is not None else canonical_text(r)
+                for t, r in zip(texts, self.recent, strict=True)
+            ]
+        )
+        return (text[:at] + '"recent":[' + items + "]" + text[at + _RECENT_KEY_LEN :]).encode(
+            "utf-8"
+        )
 
     @classmethod
     def decode(cls, data: bytes) -> SessionCounters:
@@ -294,6 +351,7 @@ __all__ = [
     "MinuteCounts",
     "SessionCounters",
     "canonical_bytes",
+    "canonical_text",
     "minute_key",
     "minute_start",
 ]

@@ -253,3 +253,47 @@ def test_assess_quiet_sends_timer_assessments_to_both_assessment_topics() -> Non
     assert made.session_id == "q1" and made.trigger == "timer"
     assert "deadline" in made.rendered
     assert asyncio.run(h.assess_quiet(t0 + 12_000)) == 0  # reported once
+
+
+def test_metrics_count_every_handled_event_once_per_batch() -> None:
+    """The handler records its batch's events in one ``on_events`` call: each applied
+    or duplicate event counted once, dead letters not (they have their own counter),
+    also when the batch stops at an event it cannot apply."""
+    from prom_samples import samples
+
+    from streams.worker.metrics import WorkerMetrics
+
+    metrics = WorkerMetrics()
+    sent = Sent()
+    h = handler(sent)
+    h.metrics = metrics
+    evs = looping(4)
+    recs = records(evs)
+    bad = Rec(len(recs), b"s1", b"\x00junk")
+    asyncio.run(h.handle([*recs, bad]))
+    asyncio.run(h.handle(records(evs[:3], start=len(recs) + 1)))  # duplicates
+    s = samples(metrics)
+    counted = sum(v for k, v in s.items() if k[0] == "trajectory_worker_events_total")
+    assert counted == len(evs) + 3
+    assert s[("trajectory_worker_event_processing_seconds_count", ())] == len(evs) + 3
+    assert s[("trajectory_worker_event_time_lag_seconds_count", ())] == len(evs) + 3
+    assert sum(v for k, v in s.items() if k[0] == "trajectory_worker_dlq_total") == 1
+
+    metrics = WorkerMetrics()
+    h = handler(Sent())
+    h.metrics = metrics
+    real = h.processor.apply
+    calls: list[TraceEvent] = []
+
+    def fail_third(event: TraceEvent, partition: int | None) -> Any:
+        calls.append(event)
+        if len(calls) == 3:
+            raise RuntimeError("engine bug")
+        return real(event, partition)
+
+    h.processor.apply = fail_third  # type: ignore[method-assign]
+    with pytest.raises(RuntimeError, match="engine bug"):
+        asyncio.run(h.handle(records(evs)))
+    s = samples(metrics)
+    assert s[("trajectory_worker_event_processing_seconds_count", ())] == 2
+    assert h.committable("t.events", 0) == 2

@@ -80,3 +80,61 @@ def test_future_event_time_counts_as_zero_lag() -> None:
     m = WorkerMetrics()
     m.on_event("tool_call", time.perf_counter_ns(), int(time.time() * 1000) + 60_000)
     assert samples(m)[("trajectory_worker_event_time_lag_last_seconds", ())] == 0
+
+
+# Bounds themselves (observe counts ``amount <= bound``), 0, between, and above the last.
+AMOUNTS = [0.0, 0.0001, 0.00011, 0.0003, 0.005, 0.0051, 1.0, 1.5, 0.25, 7.0, 0.0001, 600.0]
+
+
+def test_batched_observations_render_like_one_observe_each() -> None:
+    """``on_events`` increments each bucket once per batch through prometheus_client's
+    Histogram internals: the exposition must be what one ``observe`` per value gives."""
+    from streams.worker.metrics import _observe_many
+
+    one, many = WorkerMetrics(), WorkerMetrics()
+    for a in AMOUNTS:
+        one.processing.observe(a)
+        one.event_time_lag.observe(a)
+    _observe_many(many.processing, AMOUNTS)
+    _observe_many(many.event_time_lag, AMOUNTS)
+    _observe_many(many.processing, [])
+    got, want = samples(many), samples(one)
+    assert got.keys() == want.keys()
+    for key, value in want.items():
+        if key[0].endswith("_sum"):
+            assert got[key] == pytest.approx(value)
+        elif not key[0].endswith("_created"):
+            assert got[key] == value, key
+
+
+def test_batched_observations_fall_back_to_observe_without_the_internals() -> None:
+    from streams.worker.metrics import _observe_many
+
+    class Plain:
+        def __init__(self) -> None:
+            self.seen: list[float] = []
+
+        def observe(self, amount: float) -> None:
+            self.seen.append(amount)
+
+    plain = Plain()
+    _observe_many(plain, AMOUNTS)  # type: ignore[arg-type]
+    assert plain.seen == AMOUNTS
+
+
+def test_on_events_records_a_batch_like_on_event_per_event() -> None:
+    m = WorkerMetrics()
+    now_ms = int(time.time() * 1000)
+    m.on_events({"tool_call": 2, "tool_result": 1}, [0.002, 0.0004, 0.03], [now_ms - 1500] * 2)
+    m.on_events({}, [], [])
+    m.on_events({"tool_call": 1}, [0.002], [now_ms + 60_000])  # future: lag 0
+    s = samples(m)
+    assert s[("trajectory_worker_events_total", (("type", "tool_call"),))] == 3
+    assert s[("trajectory_worker_events_total", (("type", "tool_result"),))] == 1
+    assert s[("trajectory_worker_event_processing_seconds_count", ())] == 4
+    assert s[("trajectory_worker_event_processing_seconds_sum", ())] == pytest.approx(0.0344)
+    assert s[("trajectory_worker_event_processing_seconds_bucket", (("le", "0.0005"),))] == 1
+    assert s[("trajectory_worker_event_time_lag_seconds_count", ())] == 3
+    assert s[("trajectory_worker_event_time_lag_seconds_bucket", (("le", "1.0"),))] == 1
+    assert s[("trajectory_worker_event_time_lag_seconds_bucket", (("le", "2.5"),))] == 3
+    assert s[("trajectory_worker_event_time_lag_last_seconds", ())] == 0

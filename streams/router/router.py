@@ -134,6 +134,14 @@ BROKER_WAIT_S = 120.0
 #: one and aborts its transaction; the consumer is rewound to the committed
 #: offsets).  Far above a normal commit (milliseconds).
 WEDGED_S = 15.0
+#: At-least-once: stop waiting for an offset commit after this long (confluent-kafka's
+#: synchronous ``Consumer.commit`` takes no timeout; a router sat in it for tens of
+#: seconds during rebalance storms on an overloaded machine).  It then counts as a
+#: refused commit (the next one covers its offsets; ``max_consecutive_aborts`` in a
+#: row stop the router).  The given-up request may still land later, after a newer
+#: commit: that moves the group's offset back, which a restart turns into
+#: duplicates, never a loss (every offset it names was delivered).
+OFFSET_COMMIT_WAIT_S = 10.0
 #: A consumer that the group fenced (``FENCED_INSTANCE_ID``: seen after a broker
 #: restart, when a JoinGroup retried during the outage registered this very
 #: instance twice) is replaced by a new one at most this many times; more means
@@ -144,6 +152,55 @@ MAX_CONSUMER_RESTARTS = 3
 #: checks in a row before the router forces a rebalance, so the normal regex
 #: pickup (~1 s + a rebalance) is never disturbed.
 DISCOVERY_CHECK_S = 3.0
+
+
+class _InflightCommit:
+    """Exactly-once: one transaction committing in a helper thread
+    (``RouterConfig.commit_in_background``), and what its batch routed.
+
+    Invariants: at most one exists (a transactional producer has one transaction at
+    a time); while it exists no record is produced (the next batch's records wait in
+    ``Router._queued``) and no other call is made on the producer; only the helper
+    thread writes ``error`` and ``done_at``, and the loop reads them only after
+    ``thread`` has ended (``Router._settle``).
+    """
+
+    __slots__ = (
+        "announce",
+        "dlq",
+        "done_at",
+        "ending",
+        "error",
+        "msgs",
+        "positions",
+        "routed",
+        "started_at",
+        "thread",
+        "txn_started",
+    )
+
+    def __init__(
+        self,
+        positions: dict[tuple[str, int], int],
+        *,
+        msgs: int,
+        routed: int,
+        dlq: int,
+        announce: int,
+        ending: set[tuple[str, int]],
+        txn_started: float,
+    ) -> None:
+        self.positions = positions
+        self.msgs = msgs
+        self.routed = routed
+        self.dlq = dlq
+        self.announce = announce
+        self.ending = ending
+        self.txn_started = txn_started
+        self.started_at = time.monotonic()
+        self.done_at = 0.0
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
 
 
 class _AbortableProduce(Exception):
@@ -276,6 +333,15 @@ class Router:
         #: A batch is open: messages were handled since the last commit (exactly-once:
         #: a transaction is open).
         self._in_txn = False
+        #: Exactly-once: ``begin_transaction`` was called for the open batch (with a
+        #: commit in the background, a batch opens before its transaction can begin).
+        self._txn_open = False
+        #: Exactly-once: the previous batch's transaction committing in the background.
+        self._inflight: _InflightCommit | None = None
+        #: Records of the open batch waiting for ``_inflight`` to finish (then produced
+        #: in its own transaction, or dropped by an abort: the rewind reads them again).
+        self._queued: list[tuple[str, bytes | None, bytes | None, Any, int]] = []
+        self._background = self._exactly_once and self.config.commit_in_background
         self._failed = False  # set by a fatal error or a bug: never commit after it
         self._abandoned = False  # stopped while the broker was unreachable (_Abandoned)
         self._producer_conf: dict[str, Any] = {}
@@ -509,7 +575,7 @@ class Router:
         if self._control_dropped:
             # One check after forcing: the announcements topic comes back (another
             # rejoin, cooperative: nothing else is revoked).
-            if self._in_txn and not self._failed:
+            if self._uncommitted_batch and not self._failed:
                 self._commit()
             self._subscribe()
             return
@@ -522,7 +588,7 @@ class Router:
             DISCOVERY_CHECK_S,
             sorted(stale)[:3],
         )
-        if self._in_txn and not self._failed:
+        if self._uncommitted_batch and not self._failed:
             self._commit()  # a rejoin would fence offsets sent during it
         self._subscribe(without_control=True)
         self.forced_rebalances += 1
@@ -580,10 +646,11 @@ class Router:
             try:
                 if self._abandoned:
                     pass
-                elif self._in_txn and not self._failed:
+                elif self._uncommitted_batch and not self._failed:
                     self._commit()
                 elif (
-                    self._in_txn
+                    self._settle_after_failure()
+                    and self._txn_open
                     and self._exactly_once
                     and not self._producer_dead
                     and self._producer is not None
@@ -592,7 +659,7 @@ class Router:
                     # back until the transaction times out.
                     producer = self._producer
                     self._broker_call("abort_transaction", producer.abort_transaction)
-                    self._in_txn = False
+                    self._in_txn = self._txn_open = False
             except _Abandoned as exc:
                 self._note_abandoned(exc)
             # After a fatal producer error the open transaction is left to the broker:
@@ -694,12 +761,14 @@ class Router:
                     warned = now
                     log.warning("%s: %s (retrying; broker unreachable?)", what, kerr)
 
-    def _bounded(self, what: str, call: Callable[[float], object]) -> None:
+    def _bounded(
+        self, what: str, call: Callable[[float], object], *, limit: float = WEDGED_S
+    ) -> None:
         """``call(CALL_TIMEOUT_S)`` in a helper thread, waited for in short slices.
 
         Raises what the call raised; :class:`_Abandoned` when a stop is requested
         and the call has run longer than :data:`CALL_TIMEOUT_S`; :class:`_Wedged`
-        when it has not returned after :data:`WEDGED_S` (see there).  The helper
+        when it has not returned after ``limit`` (:data:`WEDGED_S`: see there).  The helper
         thread of an abandoned or wedged call is a daemon: it never holds up exit.
         """
         outcome: list[BaseException | None] = []
@@ -722,7 +791,7 @@ class Router:
             ran = time.monotonic() - t0
             if self._stop.is_set() and ran >= CALL_TIMEOUT_S:
                 raise _Abandoned(f"{what} has not returned after {ran:.1f} s")
-            if ran >= WEDGED_S:
+            if ran >= limit:
                 raise _Wedged(f"{what} has not returned after {ran:.0f} s")
         if outcome and outcome[0] is not None:
             raise outcome[0]
@@ -744,6 +813,8 @@ class Router:
                 "--transactional-id (ids must be unique, in either guarantee mode)"
             )
         log.error("%s: replacing the consumer (rejoins from the committed offsets)", why)
+        if self._inflight is not None:
+            self._settle(rewind=False)  # (an abort leaves the rewind to the new consumer)
         if self._in_txn:
             if self._exactly_once:
                 self._abort(why, rewind=False)
@@ -790,7 +861,9 @@ class Router:
                 "without committing (a restart resumes from the last committed offsets)",
                 exc,
             ) from exc
-        self._in_txn = False
+        self._in_txn = self._txn_open = False
+        self._queued.clear()
+        self._ending.clear()
         self._uncommitted.clear()  # aborted: the rewind reads them again
         self._aborts += 1
         self._aborted_msgs += self._txn_msgs
@@ -818,9 +891,9 @@ class Router:
                 if cur.at_s - last_status.at_s >= cfg.status_interval_s:
                     log.info(format_status(last_status, cur, len(self._assigned), cfg.guarantee))
                     last_status = cur
-            if until is not None and not self._in_txn and until(self.stats()):
+            if until is not None and not self._uncommitted_batch and until(self.stats()):
                 break
-        if self._in_txn and not self._failed:
+        if self._uncommitted_batch and not self._failed:
             self._commit()
         return self.stats()
 
@@ -843,6 +916,10 @@ class Router:
             # 100 ms to every transaction's latency).  At-least-once never holds
             # a message back: it waits at most until the next commit is due.
             msgs = consumer.consume(num_messages=room, timeout=0)
+            if not msgs and self._inflight is not None:
+                # Nothing to overlap the background commit with: wait for it (its
+                # batch is counted, its ended sessions paused, without a 0.1 s lag).
+                self._settle()
             if not msgs:
                 wait = 0.1
                 if self._in_txn:
@@ -858,6 +935,8 @@ class Router:
         except _AbortableProduce as exc:
             # The rest of this batch is re-read after the rewind.
             self._abort(str(exc))
+        if self._inflight is not None:
+            self._settle(wait=False)  # done: produce the queued records now
         if not self._exactly_once:
             # Serve delivery reports now: a failed delivery stops the router before
             # its next offset commit could pass it.
@@ -867,12 +946,15 @@ class Router:
         if self._in_txn and cfg.should_commit(
             self._txn_msgs, (time.monotonic() - self._txn_started) * 1000.0
         ):
-            self._commit()
+            if self._background:
+                self._start_commit()
+            else:
+                self._commit()
         if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
             # Commit the open batch first: the refresh triggers a rejoin, and
             # offsets sent during it fail with ILLEGAL_GENERATION (exactly-once:
             # abort + re-read; at-least-once: a refused commit).
-            if self._in_txn:
+            if self._uncommitted_batch:
                 self._commit()
             # A full metadata request makes librdkafka re-match the regex now.
             try:
@@ -911,17 +993,21 @@ class Router:
 
     # -- per message -------------------------------------------------------
     def _begin(self) -> None:
-        assert self._producer is not None
-        if self._exactly_once:
-            try:
-                self._producer.begin_transaction()
-            except KafkaException as exc:
-                raise self._fatal("begin_transaction", exc) from exc
+        if self._exactly_once and self._inflight is None:
+            self._begin_transaction()
         self._in_txn = True
         self._txn_started = time.monotonic()
         self._txn_msgs = self._txn_routed = self._txn_dlq = self._txn_announce = 0
         self._txn_errors.clear()
         self._ending.clear()
+
+    def _begin_transaction(self) -> None:
+        assert self._producer is not None
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._fatal("begin_transaction", exc) from exc
+        self._txn_open = True
 
     def _handle(self, msg: Message) -> None:
         err = msg.error()
@@ -1007,6 +1093,11 @@ class Router:
         headers: Any,
         timestamp_ms: int,
     ) -> None:
+        if self._inflight is not None:
+            # The previous transaction is committing: this record goes into the next
+            # one, produced when that commit has returned (_settle).
+            self._queued.append((topic, value, key, headers, timestamp_ms))
+            return
         producer = self._producer
         assert producer is not None
         # timestamp 0 = "now"; a negative one means the source had none.
@@ -1076,10 +1167,18 @@ class Router:
             )
 
     # -- commits -----------------------------------------------------------
+    @property
+    def _uncommitted_batch(self) -> bool:
+        """A batch is open or still committing in the background."""
+        return self._in_txn or self._inflight is not None
+
     def _commit(self) -> None:
-        """Commit the open batch: its transaction, or (at-least-once) its offsets."""
+        """Commit the open batch and wait for it: its transaction (after the one in
+        the background, if any), or (at-least-once) its offsets."""
         if self._exactly_once:
-            self._commit_transaction()
+            self._settle()
+            if self._in_txn:
+                self._commit_transaction()
         else:
             self._commit_offsets()
 
@@ -1181,7 +1280,12 @@ class Router:
         refused: str | None = None
         if positions:
             try:
-                consumer.commit(offsets=positions, asynchronous=False)
+                # bounded (OFFSET_COMMIT_WAIT_S): the call itself takes no timeout
+                self._bounded(
+                    "offset commit",
+                    lambda _t: consumer.commit(offsets=positions, asynchronous=False),
+                    limit=OFFSET_COMMIT_WAIT_S,
+                )
             except KafkaException as exc:
                 kerr = exc.args[0]
                 if kerr.fatal():
@@ -1190,6 +1294,8 @@ class Router:
                         f"offset commit failed fatally: {kerr}", kerr, retriable=False
                     ) from exc
                 refused = str(kerr)
+            except _Wedged as exc:
+                refused = f"{exc}; given up (a rebalance storm or an overloaded broker?)"
         done = time.monotonic()
         self._commit_s += done - t_flushed
         if self.metrics is not None:
@@ -1232,6 +1338,151 @@ class Router:
                 )
             log.warning("flush: %d message(s) not yet delivered; waiting", left)
 
+    def _transaction_calls(self, positions: list[TopicPartition], metadata: object | None) -> None:
+        """``send_offsets_to_transaction`` (if any moved) + ``commit_transaction``."""
+        producer = self._producer
+        assert producer is not None
+        if positions:
+            self._broker_call(
+                "send_offsets_to_transaction",
+                lambda t: producer.send_offsets_to_transaction(positions, metadata, t),
+            )
+        self._broker_call("commit_transaction", producer.commit_transaction)
+
+    def _start_commit(self) -> None:
+        """Exactly-once: commit the open batch's transaction in a helper thread.
+
+        The batch is closed here (the next message opens a new one, whose records
+        wait in ``_queued``); :meth:`_settle` collects the outcome.  The offsets
+        and the group generation (``consumer_group_metadata``) are taken now, in
+        the loop's thread, so a later rebalance cannot slip other partitions'
+        offsets into this commit, and a commit the group has fenced meanwhile
+        fails (abortable) instead of committing a lost partition.
+        """
+        self._settle()  # one transaction at a time (normally long done)
+        if not self._in_txn:
+            return  # (aborted by that settle)
+        consumer = self._consumer
+        assert consumer is not None
+        positions = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
+        metadata = consumer.consumer_group_metadata() if positions else None
+        inflight = _InflightCommit(
+            self._uncommitted,
+            msgs=self._txn_msgs,
+            routed=self._txn_routed,
+            dlq=self._txn_dlq,
+            announce=self._txn_announce,
+            ending=self._ending,
+            txn_started=self._txn_started,
+        )
+
+        def target() -> None:
+            try:
+                self._transaction_calls(positions, metadata)
+            except BaseException as exc:  # handed to the loop by _settle
+                inflight.error = exc
+            inflight.done_at = time.monotonic()
+
+        self._uncommitted = {}
+        self._ending = set()
+        self._in_txn = self._txn_open = False
+        inflight.thread = threading.Thread(target=target, name="router-commit", daemon=True)
+        self._inflight = inflight
+        inflight.thread.start()
+
+    def _settle(self, *, wait: bool = True, rewind: bool = True) -> None:
+        """Finish the background commit (:meth:`_start_commit`), if there is one.
+
+        ``wait=False``: only if it has already returned.  Success: its batch is
+        counted and the open batch's queued records are produced in a new
+        transaction.  An abortable error aborts that transaction and drops the open
+        batch too (nothing of it was produced): the rewind reads both again.  A
+        wedged call replaces the producer (same).  Fatal errors, a stop while the
+        broker is unreachable and DeliveryError are raised here, in the loop.
+        """
+        inflight = self._inflight
+        if inflight is None:
+            return
+        thread = inflight.thread
+        assert thread is not None
+        if thread.is_alive():
+            if not wait:
+                return
+            t0 = time.monotonic()
+            try:
+                # (the helper's own calls are bounded: _broker_call, WEDGED_S)
+                while thread.is_alive():
+                    thread.join(0.05)
+            finally:
+                self._commit_s += time.monotonic() - t0
+        self._inflight = None
+        exc = inflight.error
+        if exc is None:
+            self._committed(inflight)
+            if self._in_txn:
+                self._produce_queued()
+            return
+        # Failed: the producer's transaction is still the background batch's.  What
+        # the abort gives up (and the rewind reads again): both batches.
+        self._txn_msgs = inflight.msgs + (self._txn_msgs if self._in_txn else 0)
+        self._in_txn = self._txn_open = True
+        self._queued.clear()
+        self._ending.clear()
+        if isinstance(exc, _Wedged):
+            self._replace_producer(str(exc), rewind=rewind)
+            return
+        if isinstance(exc, KafkaException):
+            kerr = exc.args[0]
+            if not kerr.txn_requires_abort():
+                raise self._fatal("commit", exc) from exc
+            self._abort(str(kerr), rewind=rewind)
+            return
+        raise exc
+
+    def _produce_queued(self) -> None:
+        """Begin the open batch's transaction and produce what waited for it."""
+        self._begin_transaction()
+        queued, self._queued = self._queued, []
+        try:
+            for topic, value, key, headers, ts in queued:
+                self._produce(topic, value, key, headers, ts)
+        except _AbortableProduce as exc:
+            self._abort(str(exc))  # the rewind reads the rest again
+
+    def _committed(self, inflight: _InflightCommit) -> None:
+        """A background commit succeeded: count its batch, pause its ended sessions."""
+        self._own_committed.update(inflight.positions)
+        if self.metrics is not None:
+            self.metrics.on_commit(
+                inflight.done_at - inflight.txn_started, inflight.done_at - inflight.started_at
+            )
+        self._consecutive_aborts = 0
+        self._transactions += 1
+        self._routed += inflight.routed
+        self._dlq += inflight.dlq
+        self._announcements += inflight.announce
+        if inflight.ending:
+            self._pause(inflight.ending)
+
+    def _settle_after_failure(self) -> bool:
+        """close() after a failure: wait for a background commit (no other call may
+        use the producer meanwhile), report its outcome instead of raising it (the
+        failure that stopped the router is the one to see), and drop the queued
+        records.  Returns True, for use in a condition."""
+        inflight, self._inflight = self._inflight, None
+        self._queued.clear()
+        if inflight is None or inflight.thread is None:
+            return True
+        while inflight.thread.is_alive():
+            inflight.thread.join(0.05)
+        if inflight.error is None:
+            self._committed(inflight)
+        else:
+            # its transaction is still open: close() aborts it (unless the producer died)
+            self._txn_open = True
+            log.warning("background commit failed too: %s", inflight.error)
+        return True
+
     def _commit_transaction(self) -> None:
         """Send consumed offsets and commit; abort + rewind on abortable errors."""
         consumer, producer = self._consumer, self._producer
@@ -1239,13 +1490,8 @@ class Router:
         t0 = time.monotonic()
         positions = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
         try:
-            if positions:
-                metadata = consumer.consumer_group_metadata()
-                self._broker_call(
-                    "send_offsets_to_transaction",
-                    lambda t: producer.send_offsets_to_transaction(positions, metadata, t),
-                )
-            self._broker_call("commit_transaction", producer.commit_transaction)
+            metadata = consumer.consumer_group_metadata() if positions else None
+            self._transaction_calls(positions, metadata)
         except _Wedged as exc:
             self._commit_s += time.monotonic() - t0
             self._replace_producer(str(exc))
@@ -1265,6 +1511,7 @@ class Router:
             self.metrics.on_commit(done - self._txn_started, done - t0)
         self._consecutive_aborts = 0
         self._transactions += 1
+        self._txn_open = False
         self._batch_done()
 
     def _abort(self, why: str, *, rewind: bool = True) -> None:
@@ -1276,14 +1523,17 @@ class Router:
             why,
             self._txn_errors or "none reported",
         )
-        try:
-            self._broker_call("abort_transaction", producer.abort_transaction, txn=False)
-        except _Wedged as exc:
-            self._replace_producer(str(exc), rewind=rewind)
-            return
-        except KafkaException as exc:
-            raise self._fatal("abort_transaction", exc) from exc
-        self._in_txn = False
+        if self._txn_open:
+            try:
+                self._broker_call("abort_transaction", producer.abort_transaction, txn=False)
+            except _Wedged as exc:
+                self._replace_producer(str(exc), rewind=rewind)
+                return
+            except KafkaException as exc:
+                raise self._fatal("abort_transaction", exc) from exc
+        self._in_txn = self._txn_open = False
+        self._queued.clear()
+        self._ending.clear()
         self._uncommitted.clear()  # the rewind (or the next owner) reads them again
         if self.metrics is not None:
             self.metrics.on_abort(self._txn_msgs)
@@ -1346,8 +1596,10 @@ class Router:
         # Commit what we consumed while we still own the partitions (KIP-447:
         # the group generation in consumer_group_metadata() fences late commits;
         # at-least-once: flush, then commit, so the next owner starts after them).
+        # A background commit is waited for first (it holds offsets of partitions we
+        # still own here), then the open batch, queued records included, commits.
         self._rebalances += 1
-        if self._in_txn and not self._failed:
+        if self._uncommitted_batch and not self._failed:
             self._commit()
         self._forget(partitions)
 
@@ -1355,8 +1607,12 @@ class Router:
         # Ownership is already gone: committing offsets would be fenced; abort.
         # (At-least-once: nothing to undo; the next owner re-reads from the last
         # committed offsets, i.e. duplicates, and our next commit skips these.)
+        # A background commit is waited for (no abort while it runs); the group
+        # fences it if the generation has moved on, which aborts it here.
         self._rebalances += 1
         self._forget(partitions)
+        if self._inflight is not None and not self._failed:
+            self._settle()
         if self._in_txn and self._exactly_once and not self._failed:
             self._abort("partitions lost (session timeout or fenced generation)")
 

@@ -123,3 +123,61 @@ def test_a_rewind_never_goes_behind_what_this_router_committed() -> None:
     # nothing committed anywhere: from the beginning, as before
     assert rewind_offset(-1001, None) == OFFSET_BEGINNING
     assert rewind_offset(7, None) == 7
+
+
+class _BlockingCommitConsumer:
+    """Stands in for the consumer: a synchronous offset commit that hangs (as during a
+    rebalance storm) until ``release`` is set; records what it was asked to commit."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.asked: list[list[tuple[str, int, int]]] = []
+
+    def commit(self, *, offsets: list[object], asynchronous: bool) -> None:
+        assert asynchronous is False
+        self.asked.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])  # type: ignore[attr-defined]
+        self.release.wait(30)
+
+
+class _DeliveredProducer:
+    def flush(self, timeout: float) -> int:
+        return 0  # everything delivered
+
+
+def test_an_at_least_once_offset_commit_that_does_not_return_is_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #12 item 1.3: ``Consumer.commit(asynchronous=False)`` takes no timeout;
+    the router used to sit in it as long as it hung.  Now it gives up after
+    OFFSET_COMMIT_WAIT_S, counts a refused commit and keeps the offsets for the next
+    commit (nothing lost, nothing marked committed that was not)."""
+    from streams.router import RouterConfig
+
+    monkeypatch.setattr(router_mod, "OFFSET_COMMIT_WAIT_S", 0.3)
+    router = Router(
+        Settings(bootstrap="127.0.0.1:1", prefix="t"),
+        RouterConfig(guarantee="at-least-once", status_interval_s=0),
+    )
+    consumer = _BlockingCommitConsumer()
+    router._consumer = consumer  # type: ignore[assignment]
+    router._producer = _DeliveredProducer()  # type: ignore[assignment]
+    router._in_txn = True
+    router._uncommitted = {("t.session.a", 0): 5}
+    done = threading.Event()
+
+    def commit() -> None:
+        router._commit_offsets()
+        done.set()
+
+    caller = threading.Thread(target=commit, daemon=True)
+    caller.start()
+    try:
+        assert done.wait(5.0), "the offset commit was waited for as long as it hung"
+    finally:
+        consumer.release.set()
+    caller.join(5.0)
+    assert consumer.asked == [[("t.session.a", 0, 5)]]
+    stats = router.stats()
+    assert stats.failed_commits == 1 and stats.offset_commits == 0
+    assert router._uncommitted == {("t.session.a", 0): 5}  # the next commit covers it
+    assert not router._in_txn  # the batch was delivered: it is done

@@ -19,7 +19,17 @@ KIP-98/KIP-447):
 * on an abortable error the transaction is aborted and the consumer rewound to the
   committed offsets, so the batch is simply processed again;
 * on a fatal error (e.g. fenced by a newer instance with the same transactional id)
-  the router raises :class:`~streams.errors.DeliveryError` and stops.
+  the router raises :class:`~streams.errors.DeliveryError` and stops;
+* commits run in the background (``RouterConfig.commit_in_background``): while one
+  transaction commits in a helper thread (blocking librdkafka calls that release
+  the GIL), the loop consumes and checks the next batch and queues its records;
+  they are produced in the next transaction once that commit has returned.  One
+  transaction at a time, so the guarantees above are unchanged: a failed
+  background commit aborts and the rewind re-reads both batches; a revoke, a stop,
+  close() and every other commit first wait for the one in flight (a revoke then
+  commits the open batch while the partitions are still ours, as before); offsets
+  and the group generation are taken when the commit starts, so a commit the group
+  has fenced meanwhile fails instead of committing a partition we lost.
 
 New session topics: the regex refresh alone finds them within
 ``metadata_refresh_ms`` (+ a rebalance); an announcement on ``<prefix>.control``
@@ -53,9 +63,9 @@ committed offset never passes an undelivered message:
 * a delivery error, a flush that does not finish within ``FLUSH_TIMEOUT_S`` or a
   fatal producer error stops the router (:class:`DeliveryError`) without
   committing: a restart re-reads from the last committed offset;
-* an offset commit the broker refuses (e.g. during a rebalance) is logged and
-  counted; the next commit covers it (``max_consecutive_aborts`` refusals in a
-  row stop the router);
+* an offset commit the broker refuses (e.g. during a rebalance), or that has not
+  returned after ``OFFSET_COMMIT_WAIT_S``, is logged and counted; the next commit
+  covers it (``max_consecutive_aborts`` refusals in a row stop the router);
 * at start it runs ``init_transactions`` once with the instance's transactional
   id, so a transaction left open by an exactly-once predecessor is aborted now
   instead of holding back read_committed readers until it times out.
@@ -72,7 +82,6 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -171,6 +180,7 @@ class _InflightCommit:
         "done_at",
         "ending",
         "error",
+        "first",
         "msgs",
         "positions",
         "routed",
@@ -201,6 +211,8 @@ class _InflightCommit:
         self.done_at = 0.0
         self.error: BaseException | None = None
         self.thread: threading.Thread | None = None
+        #: Router._first of this batch (where an abort of it seeks back to)
+        self.first: dict[tuple[str, int], int] = {}
 
 
 class _AbortableProduce(Exception):
@@ -267,23 +279,6 @@ def default_decoder(settings: Settings) -> EventDecoder:
     return EventSerde("single-object")
 
 
-def rewind_offset(group_committed: int, own_committed: int | None) -> int:
-    """Where to seek a partition after an aborted transaction: the group's committed
-    offset, but never behind the offset this router's own last committed transaction
-    stored for it.
-
-    Why: right after a commit, or for a group that never committed before, the
-    committed-offset lookup can answer an older offset (or none) than the one this
-    process has just committed in a transaction; seeking there re-read and re-routed
-    already committed records in a new transaction (duplicates in ``<prefix>.events``
-    under exactly-once: 150 records, three sessions, in one test run).  Offsets only
-    move forward for a partition we own, so the larger one is right.
-    """
-    group = group_committed if group_committed >= 0 else None
-    candidates = [o for o in (group, own_committed) if o is not None and o >= 0]
-    return max(candidates) if candidates else OFFSET_BEGINNING
-
-
 class Router:
     """Consume-validate-forward loop, exactly-once or at-least-once (module docstring).
 
@@ -342,6 +337,9 @@ class Router:
         #: in its own transaction, or dropped by an abort: the rewind reads them again).
         self._queued: list[tuple[str, bytes | None, bytes | None, Any, int]] = []
         self._background = self._exactly_once and self.config.commit_in_background
+        #: Inside on_revoke / on_lost: a rewind after an abort waits (_rewind_after_abort).
+        self._in_rebalance = False
+        self._rewind_due = False
         self._failed = False  # set by a fatal error or a bug: never commit after it
         self._abandoned = False  # stopped while the broker was unreachable (_Abandoned)
         self._producer_conf: dict[str, Any] = {}
@@ -375,9 +373,13 @@ class Router:
         #: consumer.position() over every assigned partition).  Exactly-once: emptied
         #: by an abort (the rewind re-reads those messages).
         self._uncommitted: dict[tuple[str, int], int] = {}
-        #: offsets our own committed transactions stored (exactly-once): a rewind
-        #: never goes behind them (rewind_offset)
-        self._own_committed: dict[tuple[str, int], int] = {}
+        #: Exactly-once: offset of the first message handled per source partition
+        #: since that partition's last committed transaction: where an abort seeks
+        #: it back to (_seek_back).  Partitions not in it have not moved since.  No
+        #: committed-offset lookup: during a rebalance that lookup does not return
+        #: (seen: it timed out in and right after a revoke whose background commit
+        #: was fenced), and right after a commit it can answer an older offset.
+        self._first: dict[tuple[str, int], int] = {}
         self._assigned: set[TopicPartition] = set()
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
@@ -825,6 +827,8 @@ class Router:
         self._assigned_topics.clear()
         self._uncommitted.clear()
         self._paused.clear()  # the new consumer starts with nothing paused
+        self._rewind_due = False  # the new consumer starts from the committed offsets
+        self._first.clear()
         if old is not None:
             try:
                 old.close()
@@ -869,7 +873,7 @@ class Router:
         self._aborted_msgs += self._txn_msgs
         self._replaced_producers += 1
         if rewind:
-            self._rewind(list(self._assigned))
+            self._rewind_after_abort()
 
     def _run(
         self,
@@ -927,6 +931,12 @@ class Router:
                     wait = min(0.1, max(0.0, wait))
                 first = consumer.poll(wait)
                 msgs = [] if first is None else [first]
+        if self._rewind_due:
+            # an abort inside a rebalance callback (_rewind_after_abort): what this
+            # call returned lies past the aborted batch; it is read again
+            self._rewind_due = False
+            self._seek_back(msgs)
+            msgs = []
         if self.metrics is not None:
             self.metrics.maybe_sample(consumer, self._assigned)
         try:
@@ -934,6 +944,7 @@ class Router:
                 self._handle(msg)
         except _AbortableProduce as exc:
             # The rest of this batch is re-read after the rewind.
+            self._note_consumed(msgs)
             self._abort(str(exc))
         if self._inflight is not None:
             self._settle(wait=False)  # done: produce the queued records now
@@ -1025,7 +1036,10 @@ class Router:
         partition = msg.partition() or 0
         offset = msg.offset() or 0
         # What the next commit sends (both guarantees): only the partitions that moved.
-        self._uncommitted[(topic, partition)] = offset + 1
+        source = (topic, partition)
+        self._uncommitted[source] = offset + 1
+        if source not in self._first and self._exactly_once:
+            self._first[source] = offset
         if topic == self._control_topic:
             self._handle_announcement(msg)
             return
@@ -1383,7 +1397,9 @@ class Router:
                 inflight.error = exc
             inflight.done_at = time.monotonic()
 
+        inflight.first = self._first
         self._uncommitted = {}
+        self._first = {}
         self._ending = set()
         self._in_txn = self._txn_open = False
         inflight.thread = threading.Thread(target=target, name="router-commit", daemon=True)
@@ -1426,6 +1442,9 @@ class Router:
         # the abort gives up (and the rewind reads again): both batches.
         self._txn_msgs = inflight.msgs + (self._txn_msgs if self._in_txn else 0)
         self._in_txn = self._txn_open = True
+        for key, offset in self._first.items():  # (the older batch's offsets come first)
+            inflight.first.setdefault(key, offset)
+        self._first = inflight.first
         self._queued.clear()
         self._ending.clear()
         if isinstance(exc, _Wedged):
@@ -1451,7 +1470,6 @@ class Router:
 
     def _committed(self, inflight: _InflightCommit) -> None:
         """A background commit succeeded: count its batch, pause its ended sessions."""
-        self._own_committed.update(inflight.positions)
         if self.metrics is not None:
             self.metrics.on_commit(
                 inflight.done_at - inflight.txn_started, inflight.done_at - inflight.started_at
@@ -1504,7 +1522,7 @@ class Router:
             self._abort(str(kerr))
             return
         self._commit_s += time.monotonic() - t0
-        self._own_committed.update(self._uncommitted)
+        self._first.clear()
         self._uncommitted.clear()
         if self.metrics is not None:
             done = time.monotonic()
@@ -1548,31 +1566,49 @@ class Router:
                 "than retrying forever"
             )
         if rewind:
-            self._rewind(list(self._assigned))
+            self._rewind_after_abort()
         if self._consecutive_aborts > 1:
             time.sleep(min(2.0, 0.05 * self._consecutive_aborts))  # back off repeated aborts
 
-    def _rewind(self, partitions: list[TopicPartition]) -> None:
-        """Seek to the last committed offsets, so the aborted batch is read again."""
+    def _rewind_after_abort(self) -> None:
+        """Seek back what the aborted batch consumed (:meth:`_seek_back`), now or,
+        inside a rebalance callback, right after the consume() call that runs it.
+
+        Why deferred: that consume() call may return messages it had taken before
+        running the callback, from positions past the aborted batch; handled, they
+        would be routed again after the seek (duplicates).  The loop drops what the
+        call returned and seeks back to before it.
+        """
+        if self._in_rebalance:
+            self._rewind_due = True
+        else:
+            self._seek_back()
+
+    def _note_consumed(self, msgs: list[Message]) -> None:
+        """Exactly-once: consumed messages that were not handled (dropped before an
+        abort's seek back) must be read again too: note where, unless an earlier
+        message of their partition is noted already."""
+        if not self._exactly_once:
+            return
+        for m in msgs:
+            topic = m.topic()
+            if m.error() is None and topic is not None:
+                self._first.setdefault((topic, m.partition() or 0), m.offset() or 0)
+
+    def _seek_back(self, unhandled: list[Message] | None = None) -> None:
+        """Seek every assigned partition that moved since its last committed
+        transaction back to its first uncommitted message (``_first``), so the
+        aborted batch is read again; ``unhandled``: messages consumed after it and
+        dropped.  No broker call."""
         consumer = self._consumer
         assert consumer is not None
-        if not partitions:
-            return
-        committed: list[TopicPartition] = []
-
-        def look_up(timeout: float) -> None:
-            committed[:] = consumer.committed(partitions, timeout=timeout)
-
-        try:
-            self._broker_call("committed offsets", look_up, txn=False)
-        except (KafkaException, _Wedged) as exc:
-            self._failed = True
-            raise DeliveryError.from_kafka(
-                f"could not read the committed offsets to rewind to: {exc.args[0]}", exc
-            ) from exc
-        for tp in committed:
-            offset = rewind_offset(tp.offset, self._own_committed.get((tp.topic, tp.partition)))
-            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        if unhandled:
+            self._note_consumed(unhandled)
+        targets, self._first = self._first, {}
+        for (topic, partition), offset in targets.items():
+            tp = TopicPartition(topic, partition)
+            if tp in self._assigned:
+                consumer.seek(TopicPartition(topic, partition, offset))
 
     # -- rebalance callbacks (run inside consume()) -------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -1599,8 +1635,12 @@ class Router:
         # A background commit is waited for first (it holds offsets of partitions we
         # still own here), then the open batch, queued records included, commits.
         self._rebalances += 1
-        if self._uncommitted_batch and not self._failed:
-            self._commit()
+        self._in_rebalance = True
+        try:
+            if self._uncommitted_batch and not self._failed:
+                self._commit()
+        finally:
+            self._in_rebalance = False
         self._forget(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -1611,16 +1651,21 @@ class Router:
         # fences it if the generation has moved on, which aborts it here.
         self._rebalances += 1
         self._forget(partitions)
-        if self._inflight is not None and not self._failed:
-            self._settle()
-        if self._in_txn and self._exactly_once and not self._failed:
-            self._abort("partitions lost (session timeout or fenced generation)")
+        self._in_rebalance = True
+        try:
+            if self._inflight is not None and not self._failed:
+                self._settle()
+            if self._in_txn and self._exactly_once and not self._failed:
+                self._abort("partitions lost (session timeout or fenced generation)")
+        finally:
+            self._in_rebalance = False
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._assigned.discard(TopicPartition(tp.topic, tp.partition))
             # (not ours any more: the next owner starts at the last committed offset)
             self._uncommitted.pop((tp.topic, tp.partition), None)
+            self._first.pop((tp.topic, tp.partition), None)
             self._paused.pop((tp.topic, tp.partition), None)
         self._assigned_topics = {tp.topic for tp in self._assigned}
 
@@ -1631,5 +1676,4 @@ __all__ = [
     "Router",
     "default_decoder",
     "ensure_topics",
-    "rewind_offset",
 ]

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.errors import DeliveryError
 from streams.router import router as router_mod
@@ -110,19 +110,50 @@ def test_giving_up_after_broker_wait_is_a_loud_delivery_error(
         _router()._broker_call("commit_transaction", call)
 
 
-def test_a_rewind_never_goes_behind_what_this_router_committed() -> None:
-    from confluent_kafka import OFFSET_BEGINNING
+class _SeekRecorder:
+    def __init__(self) -> None:
+        self.seeks: list[tuple[str, int, int]] = []
 
-    from streams.router.router import rewind_offset
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
 
-    # the lookup answered "none yet" / an older offset than our last commit stored
-    assert rewind_offset(-1001, 50) == 50
-    assert rewind_offset(10, 50) == 50
-    # another owner moved it further (we got the partition back): the group's wins
-    assert rewind_offset(80, 50) == 80
-    # nothing committed anywhere: from the beginning, as before
-    assert rewind_offset(-1001, None) == OFFSET_BEGINNING
-    assert rewind_offset(7, None) == 7
+
+class _Msg:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self._t, self._p, self._o = topic, partition, offset
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def error(self) -> None:
+        return None
+
+
+def test_an_abort_seeks_back_to_the_first_uncommitted_message_without_a_lookup() -> None:
+    """Exactly-once abort: every assigned partition that moved since its last
+    committed transaction goes back to its first uncommitted message (no
+    committed-offset lookup: it does not return during a rebalance); messages
+    consumed and dropped after the abort are read again too; partitions no longer
+    assigned are left alone."""
+    router = _router()
+    consumer = _SeekRecorder()
+    router._consumer = consumer  # type: ignore[assignment]
+    router._assigned = {TopicPartition("t.session.a", 0), TopicPartition("t.session.b", 0)}
+    router._first = {("t.session.a", 0): 10}
+    dropped = [
+        _Msg("t.session.a", 0, 15),  # after the batch's first message: not the target
+        _Msg("t.session.b", 0, 7),  # only consumed, never handled: read again
+        _Msg("t.session.c", 0, 3),  # revoked meanwhile: not ours to seek
+    ]
+    router._seek_back(dropped)  # type: ignore[arg-type]
+    assert sorted(consumer.seeks) == [("t.session.a", 0, 10), ("t.session.b", 0, 7)]
+    assert router._first == {}
 
 
 class _BlockingCommitConsumer:

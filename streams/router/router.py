@@ -728,7 +728,14 @@ class Router:
             "(duplicates, never a loss)",
         )
 
-    def _broker_call(self, what: str, call: Callable[[float], object], *, txn: bool = True) -> None:
+    def _broker_call(
+        self,
+        what: str,
+        call: Callable[[float], object],
+        *,
+        txn: bool = True,
+        direct: bool = False,
+    ) -> None:
         """Run a blocking librdkafka call with :data:`CALL_TIMEOUT_S` per attempt.
 
         Retriable errors (a timeout while the broker is unreachable ...) are retried,
@@ -736,13 +743,18 @@ class Router:
         abortable and fatal errors propagate (the caller aborts or stops).  Between
         attempts a stop request raises :class:`_Abandoned`, so SIGTERM is never
         swallowed by a blocked call.  ``txn=False``: not a transaction call (no
-        abortable errors expected).
+        abortable errors expected).  ``direct``: call it in this thread, not through
+        :meth:`_bounded` (already in a helper thread that the loop watches: each
+        extra thread hand-off waits for the GIL held by the busy loop).
         """
         started = time.monotonic()
         warned = 0.0
         while True:
             try:
-                self._bounded(what, call)
+                if direct:
+                    call(CALL_TIMEOUT_S)
+                else:
+                    self._bounded(what, call)
                 return
             except KafkaException as exc:
                 kerr = exc.args[0]
@@ -1352,7 +1364,9 @@ class Router:
                 )
             log.warning("flush: %d message(s) not yet delivered; waiting", left)
 
-    def _transaction_calls(self, positions: list[TopicPartition], metadata: object | None) -> None:
+    def _transaction_calls(
+        self, positions: list[TopicPartition], metadata: object | None, *, direct: bool = False
+    ) -> None:
         """``send_offsets_to_transaction`` (if any moved) + ``commit_transaction``."""
         producer = self._producer
         assert producer is not None
@@ -1360,8 +1374,9 @@ class Router:
             self._broker_call(
                 "send_offsets_to_transaction",
                 lambda t: producer.send_offsets_to_transaction(positions, metadata, t),
+                direct=direct,
             )
-        self._broker_call("commit_transaction", producer.commit_transaction)
+        self._broker_call("commit_transaction", producer.commit_transaction, direct=direct)
 
     def _start_commit(self) -> None:
         """Exactly-once: commit the open batch's transaction in a helper thread.
@@ -1392,7 +1407,8 @@ class Router:
 
         def target() -> None:
             try:
-                self._transaction_calls(positions, metadata)
+                # (directly in this thread: _settle watches it for WEDGED_S and stops)
+                self._transaction_calls(positions, metadata, direct=True)
             except BaseException as exc:  # handed to the loop by _settle
                 inflight.error = exc
             inflight.done_at = time.monotonic()
@@ -1426,13 +1442,13 @@ class Router:
                 return
             t0 = time.monotonic()
             try:
-                # (the helper's own calls are bounded: _broker_call, WEDGED_S)
-                while thread.is_alive():
-                    thread.join(0.05)
+                exc_now = self._wait_for(inflight)
             finally:
                 self._commit_s += time.monotonic() - t0
+        else:
+            exc_now = None
         self._inflight = None
-        exc = inflight.error
+        exc = exc_now or inflight.error
         if exc is None:
             self._committed(inflight)
             if self._in_txn:
@@ -1457,6 +1473,23 @@ class Router:
             self._abort(str(kerr), rewind=rewind)
             return
         raise exc
+
+    def _wait_for(self, inflight: _InflightCommit) -> _Wedged | None:
+        """Wait for a background commit as :meth:`_bounded` waits for a call: a stop
+        request gives up after :data:`CALL_TIMEOUT_S` (:class:`_Abandoned`), and a
+        commit still running after :data:`WEDGED_S` is left in its thread (returned
+        as :class:`_Wedged`: the producer is replaced)."""
+        thread = inflight.thread
+        assert thread is not None
+        while True:
+            thread.join(0.05)
+            if not thread.is_alive():
+                return None
+            ran = time.monotonic() - inflight.started_at
+            if self._stop.is_set() and ran >= CALL_TIMEOUT_S:
+                raise _Abandoned(f"the transaction commit has not returned after {ran:.1f} s")
+            if ran >= WEDGED_S:
+                return _Wedged(f"the transaction commit has not returned after {ran:.0f} s")
 
     def _produce_queued(self) -> None:
         """Begin the open batch's transaction and produce what waited for it."""
@@ -1491,8 +1524,11 @@ class Router:
         self._queued.clear()
         if inflight is None or inflight.thread is None:
             return True
-        while inflight.thread.is_alive():
-            inflight.thread.join(0.05)
+        inflight.thread.join(WEDGED_S)
+        if inflight.thread.is_alive():
+            log.warning("background commit still running after %.0f s; left to it", WEDGED_S)
+            self._producer_dead = True  # (in use by that thread: close() leaves it alone)
+            return True
         if inflight.error is None:
             self._committed(inflight)
         else:

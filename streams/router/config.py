@@ -5,8 +5,8 @@ Processing guarantee (``guarantee``, like Kafka Streams' ``processing.guarantee`
 * ``"exactly-once"`` (default): Kafka transactions.  Read_committed consumers of
   ``<prefix>.events`` see each event once, but only when its transaction commits:
   latency >= the batch window (``batch_max_ms``, while messages keep arriving)
-  plus ``send_offsets_to_transaction`` + ``commit_transaction`` round trips, which
-  block the single router loop.
+  plus ``send_offsets_to_transaction`` + ``commit_transaction`` round trips (run
+  in a helper thread while the loop reads the next batch: ``commit_in_background``).
 * ``"at-least-once"``: a plain idempotent producer (``acks=all``), each message
   produced as soon as it is consumed and visible once the broker has it.  The
   consumed offsets are committed every ``batch_max_ms`` / ``batch_max_messages``

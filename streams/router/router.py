@@ -1645,6 +1645,10 @@ class Router:
             tp = TopicPartition(topic, partition)
             if tp in self._assigned:
                 consumer.seek(TopicPartition(topic, partition, offset))
+                if self._paused.pop((topic, partition), None) is not None:
+                    # paused (its session_end committed) while the aborted batch held
+                    # later records of it: fetch them again
+                    consumer.resume([tp])
 
     # -- rebalance callbacks (run inside consume()) -------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:

@@ -114,8 +114,13 @@ class _SeekRecorder:
     def __init__(self) -> None:
         self.seeks: list[tuple[str, int, int]] = []
 
+        self.resumed: list[tuple[str, int]] = []
+
     def seek(self, tp: TopicPartition) -> None:
         self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.resumed.extend((tp.topic, tp.partition) for tp in tps)
 
 
 class _Msg:
@@ -140,12 +145,14 @@ def test_an_abort_seeks_back_to_the_first_uncommitted_message_without_a_lookup()
     committed transaction goes back to its first uncommitted message (no
     committed-offset lookup: it does not return during a rebalance); messages
     consumed and dropped after the abort are read again too; partitions no longer
-    assigned are left alone."""
+    assigned are left alone; a paused one is resumed (its records are read again)."""
     router = _router()
     consumer = _SeekRecorder()
     router._consumer = consumer  # type: ignore[assignment]
     router._assigned = {TopicPartition("t.session.a", 0), TopicPartition("t.session.b", 0)}
     router._first = {("t.session.a", 0): 10}
+    # paused when its session_end committed, while the aborted batch held later records
+    router._paused = {("t.session.a", 0): 20}
     dropped = [
         _Msg("t.session.a", 0, 15),  # after the batch's first message: not the target
         _Msg("t.session.b", 0, 7),  # only consumed, never handled: read again
@@ -154,6 +161,7 @@ def test_an_abort_seeks_back_to_the_first_uncommitted_message_without_a_lookup()
     router._seek_back(dropped)  # type: ignore[arg-type]
     assert sorted(consumer.seeks) == [("t.session.a", 0, 10), ("t.session.b", 0, 7)]
     assert router._first == {}
+    assert consumer.resumed == [("t.session.a", 0)] and router._paused == {}
 
 
 class _BlockingCommitConsumer:

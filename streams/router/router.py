@@ -925,6 +925,10 @@ class Router:
             # batching: consume() waits for `room` messages or the batch window
             # (nothing is visible before the commit anyway)
             wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
+            if self._inflight is not None:
+                # short slices while a commit runs: its successor's queued records are
+                # produced soon after it returns, not at the end of the batch window
+                wait = min(wait, 0.005)
             msgs = consumer.consume(num_messages=room, timeout=wait)
         else:
             # take what is there; else wait for the FIRST message only (consume()

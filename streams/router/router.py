@@ -20,7 +20,7 @@ KIP-98/KIP-447):
   committed offsets, so the batch is simply processed again;
 * on a fatal error (e.g. fenced by a newer instance with the same transactional id)
   the router raises :class:`~streams.errors.DeliveryError` and stops;
-* commits run in the background (``RouterConfig.commit_in_background``): while one
+* with ``RouterConfig.commit_in_background`` (off by default): while one
   transaction commits in a helper thread (blocking librdkafka calls that release
   the GIL), the loop consumes and checks the next batch and queues its records;
   they are produced in the next transaction once that commit has returned.  One

@@ -125,6 +125,7 @@ def _config(tid: str, **kw: Any) -> RouterConfig:
         "batch_max_ms": 50,
         "status_interval_s": 0,
         "paused_check_s": 0,
+        "commit_in_background": True,
     }
     base.update(kw)
     return RouterConfig(**base)

@@ -19,7 +19,17 @@ KIP-98/KIP-447):
 * on an abortable error the transaction is aborted and the consumer rewound to the
   committed offsets, so the batch is simply processed again;
 * on a fatal error (e.g. fenced by a newer instance with the same transactional id)
-  the router raises :class:`~streams.errors.DeliveryError` and stops.
+  the router raises :class:`~streams.errors.DeliveryError` and stops;
+* with ``RouterConfig.commit_in_background`` (off by default): while one
+  transaction commits in a helper thread (blocking librdkafka calls that release
+  the GIL), the loop consumes and checks the next batch and queues its records;
+  they are produced in the next transaction once that commit has returned.  One
+  transaction at a time, so the guarantees above are unchanged: a failed
+  background commit aborts and the rewind re-reads both batches; a revoke, a stop,
+  close() and every other commit first wait for the one in flight (a revoke then
+  commits the open batch while the partitions are still ours, as before); offsets
+  and the group generation are taken when the commit starts, so a commit the group
+  has fenced meanwhile fails instead of committing a partition we lost.
 
 New session topics: the regex refresh alone finds them within
 ``metadata_refresh_ms`` (+ a rebalance); an announcement on ``<prefix>.control``
@@ -53,9 +63,9 @@ committed offset never passes an undelivered message:
 * a delivery error, a flush that does not finish within ``FLUSH_TIMEOUT_S`` or a
   fatal producer error stops the router (:class:`DeliveryError`) without
   committing: a restart re-reads from the last committed offset;
-* an offset commit the broker refuses (e.g. during a rebalance) is logged and
-  counted; the next commit covers it (``max_consecutive_aborts`` refusals in a
-  row stop the router);
+* an offset commit the broker refuses (e.g. during a rebalance), or that has not
+  returned after ``OFFSET_COMMIT_WAIT_S``, is logged and counted; the next commit
+  covers it (``max_consecutive_aborts`` refusals in a row stop the router);
 * at start it runs ``init_transactions`` once with the instance's transactional
   id, so a transaction left open by an exactly-once predecessor is aborted now
   instead of holding back read_committed readers until it times out.
@@ -72,7 +82,6 @@ from collections.abc import Callable
 from typing import Any
 
 from confluent_kafka import (
-    OFFSET_BEGINNING,
     Consumer,
     KafkaError,
     KafkaException,
@@ -134,6 +143,14 @@ BROKER_WAIT_S = 120.0
 #: one and aborts its transaction; the consumer is rewound to the committed
 #: offsets).  Far above a normal commit (milliseconds).
 WEDGED_S = 15.0
+#: At-least-once: stop waiting for an offset commit after this long (confluent-kafka's
+#: synchronous ``Consumer.commit`` takes no timeout; a router sat in it for tens of
+#: seconds during rebalance storms on an overloaded machine).  It then counts as a
+#: refused commit (the next one covers its offsets; ``max_consecutive_aborts`` in a
+#: row stop the router).  The given-up request may still land later, after a newer
+#: commit: that moves the group's offset back, which a restart turns into
+#: duplicates, never a loss (every offset it names was delivered).
+OFFSET_COMMIT_WAIT_S = 10.0
 #: A consumer that the group fenced (``FENCED_INSTANCE_ID``: seen after a broker
 #: restart, when a JoinGroup retried during the outage registered this very
 #: instance twice) is replaced by a new one at most this many times; more means
@@ -144,6 +161,58 @@ MAX_CONSUMER_RESTARTS = 3
 #: checks in a row before the router forces a rebalance, so the normal regex
 #: pickup (~1 s + a rebalance) is never disturbed.
 DISCOVERY_CHECK_S = 3.0
+
+
+class _InflightCommit:
+    """Exactly-once: one transaction committing in a helper thread
+    (``RouterConfig.commit_in_background``), and what its batch routed.
+
+    Invariants: at most one exists (a transactional producer has one transaction at
+    a time); while it exists no record is produced (the next batch's records wait in
+    ``Router._queued``) and no other call is made on the producer; only the helper
+    thread writes ``error`` and ``done_at``, and the loop reads them only after
+    ``thread`` has ended (``Router._settle``).
+    """
+
+    __slots__ = (
+        "announce",
+        "dlq",
+        "done_at",
+        "ending",
+        "error",
+        "first",
+        "msgs",
+        "positions",
+        "routed",
+        "started_at",
+        "thread",
+        "txn_started",
+    )
+
+    def __init__(
+        self,
+        positions: dict[tuple[str, int], int],
+        *,
+        msgs: int,
+        routed: int,
+        dlq: int,
+        announce: int,
+        ending: set[tuple[str, int]],
+        txn_started: float,
+    ) -> None:
+        self.positions = positions
+        self.msgs = msgs
+        self.routed = routed
+        self.dlq = dlq
+        self.announce = announce
+        self.ending = ending
+        self.txn_started = txn_started
+        self.started_at = time.monotonic()
+        self.done_at = 0.0
+        self.error: BaseException | None = None
+        self.thread: threading.Thread | None = None
+        #: Router._first of this batch (where an abort of it seeks back to)
+        self.first: dict[tuple[str, int], int] = {}
 
 
 class _AbortableProduce(Exception):
@@ -210,23 +279,6 @@ def default_decoder(settings: Settings) -> EventDecoder:
     return EventSerde("single-object")
 
 
-def rewind_offset(group_committed: int, own_committed: int | None) -> int:
-    """Where to seek a partition after an aborted transaction: the group's committed
-    offset, but never behind the offset this router's own last committed transaction
-    stored for it.
-
-    Why: right after a commit, or for a group that never committed before, the
-    committed-offset lookup can answer an older offset (or none) than the one this
-    process has just committed in a transaction; seeking there re-read and re-routed
-    already committed records in a new transaction (duplicates in ``<prefix>.events``
-    under exactly-once: 150 records, three sessions, in one test run).  Offsets only
-    move forward for a partition we own, so the larger one is right.
-    """
-    group = group_committed if group_committed >= 0 else None
-    candidates = [o for o in (group, own_committed) if o is not None and o >= 0]
-    return max(candidates) if candidates else OFFSET_BEGINNING
-
-
 class Router:
     """Consume-validate-forward loop, exactly-once or at-least-once (module docstring).
 
@@ -276,6 +328,18 @@ class Router:
         #: A batch is open: messages were handled since the last commit (exactly-once:
         #: a transaction is open).
         self._in_txn = False
+        #: Exactly-once: ``begin_transaction`` was called for the open batch (with a
+        #: commit in the background, a batch opens before its transaction can begin).
+        self._txn_open = False
+        #: Exactly-once: the previous batch's transaction committing in the background.
+        self._inflight: _InflightCommit | None = None
+        #: Records of the open batch waiting for ``_inflight`` to finish (then produced
+        #: in its own transaction, or dropped by an abort: the rewind reads them again).
+        self._queued: list[tuple[str, bytes | None, bytes | None, Any, int]] = []
+        self._background = self._exactly_once and self.config.commit_in_background
+        #: Inside on_revoke / on_lost: a rewind after an abort waits (_rewind_after_abort).
+        self._in_rebalance = False
+        self._rewind_due = False
         self._failed = False  # set by a fatal error or a bug: never commit after it
         self._abandoned = False  # stopped while the broker was unreachable (_Abandoned)
         self._producer_conf: dict[str, Any] = {}
@@ -309,9 +373,13 @@ class Router:
         #: consumer.position() over every assigned partition).  Exactly-once: emptied
         #: by an abort (the rewind re-reads those messages).
         self._uncommitted: dict[tuple[str, int], int] = {}
-        #: offsets our own committed transactions stored (exactly-once): a rewind
-        #: never goes behind them (rewind_offset)
-        self._own_committed: dict[tuple[str, int], int] = {}
+        #: Exactly-once: offset of the first message handled per source partition
+        #: since that partition's last committed transaction: where an abort seeks
+        #: it back to (_seek_back).  Partitions not in it have not moved since.  No
+        #: committed-offset lookup: during a rebalance that lookup does not return
+        #: (seen: it timed out in and right after a revoke whose background commit
+        #: was fenced), and right after a commit it can answer an older offset.
+        self._first: dict[tuple[str, int], int] = {}
         self._assigned: set[TopicPartition] = set()
         self._assigned_topics: set[str] = set()
         self._keys: dict[str, bytes] = {}  # session id -> key bytes (hot path)
@@ -509,7 +577,7 @@ class Router:
         if self._control_dropped:
             # One check after forcing: the announcements topic comes back (another
             # rejoin, cooperative: nothing else is revoked).
-            if self._in_txn and not self._failed:
+            if self._uncommitted_batch and not self._failed:
                 self._commit()
             self._subscribe()
             return
@@ -522,7 +590,7 @@ class Router:
             DISCOVERY_CHECK_S,
             sorted(stale)[:3],
         )
-        if self._in_txn and not self._failed:
+        if self._uncommitted_batch and not self._failed:
             self._commit()  # a rejoin would fence offsets sent during it
         self._subscribe(without_control=True)
         self.forced_rebalances += 1
@@ -580,10 +648,11 @@ class Router:
             try:
                 if self._abandoned:
                     pass
-                elif self._in_txn and not self._failed:
+                elif self._uncommitted_batch and not self._failed:
                     self._commit()
                 elif (
-                    self._in_txn
+                    self._settle_after_failure()
+                    and self._txn_open
                     and self._exactly_once
                     and not self._producer_dead
                     and self._producer is not None
@@ -592,7 +661,7 @@ class Router:
                     # back until the transaction times out.
                     producer = self._producer
                     self._broker_call("abort_transaction", producer.abort_transaction)
-                    self._in_txn = False
+                    self._in_txn = self._txn_open = False
             except _Abandoned as exc:
                 self._note_abandoned(exc)
             # After a fatal producer error the open transaction is left to the broker:
@@ -659,7 +728,14 @@ class Router:
             "(duplicates, never a loss)",
         )
 
-    def _broker_call(self, what: str, call: Callable[[float], object], *, txn: bool = True) -> None:
+    def _broker_call(
+        self,
+        what: str,
+        call: Callable[[float], object],
+        *,
+        txn: bool = True,
+        direct: bool = False,
+    ) -> None:
         """Run a blocking librdkafka call with :data:`CALL_TIMEOUT_S` per attempt.
 
         Retriable errors (a timeout while the broker is unreachable ...) are retried,
@@ -667,13 +743,18 @@ class Router:
         abortable and fatal errors propagate (the caller aborts or stops).  Between
         attempts a stop request raises :class:`_Abandoned`, so SIGTERM is never
         swallowed by a blocked call.  ``txn=False``: not a transaction call (no
-        abortable errors expected).
+        abortable errors expected).  ``direct``: call it in this thread, not through
+        :meth:`_bounded` (already in a helper thread that the loop watches: each
+        extra thread hand-off waits for the GIL held by the busy loop).
         """
         started = time.monotonic()
         warned = 0.0
         while True:
             try:
-                self._bounded(what, call)
+                if direct:
+                    call(CALL_TIMEOUT_S)
+                else:
+                    self._bounded(what, call)
                 return
             except KafkaException as exc:
                 kerr = exc.args[0]
@@ -694,12 +775,14 @@ class Router:
                     warned = now
                     log.warning("%s: %s (retrying; broker unreachable?)", what, kerr)
 
-    def _bounded(self, what: str, call: Callable[[float], object]) -> None:
+    def _bounded(
+        self, what: str, call: Callable[[float], object], *, limit: float = WEDGED_S
+    ) -> None:
         """``call(CALL_TIMEOUT_S)`` in a helper thread, waited for in short slices.
 
         Raises what the call raised; :class:`_Abandoned` when a stop is requested
         and the call has run longer than :data:`CALL_TIMEOUT_S`; :class:`_Wedged`
-        when it has not returned after :data:`WEDGED_S` (see there).  The helper
+        when it has not returned after ``limit`` (:data:`WEDGED_S`: see there).  The helper
         thread of an abandoned or wedged call is a daemon: it never holds up exit.
         """
         outcome: list[BaseException | None] = []
@@ -722,7 +805,7 @@ class Router:
             ran = time.monotonic() - t0
             if self._stop.is_set() and ran >= CALL_TIMEOUT_S:
                 raise _Abandoned(f"{what} has not returned after {ran:.1f} s")
-            if ran >= WEDGED_S:
+            if ran >= limit:
                 raise _Wedged(f"{what} has not returned after {ran:.0f} s")
         if outcome and outcome[0] is not None:
             raise outcome[0]
@@ -744,6 +827,8 @@ class Router:
                 "--transactional-id (ids must be unique, in either guarantee mode)"
             )
         log.error("%s: replacing the consumer (rejoins from the committed offsets)", why)
+        if self._inflight is not None:
+            self._settle(rewind=False)  # (an abort leaves the rewind to the new consumer)
         if self._in_txn:
             if self._exactly_once:
                 self._abort(why, rewind=False)
@@ -754,6 +839,8 @@ class Router:
         self._assigned_topics.clear()
         self._uncommitted.clear()
         self._paused.clear()  # the new consumer starts with nothing paused
+        self._rewind_due = False  # the new consumer starts from the committed offsets
+        self._first.clear()
         if old is not None:
             try:
                 old.close()
@@ -790,13 +877,15 @@ class Router:
                 "without committing (a restart resumes from the last committed offsets)",
                 exc,
             ) from exc
-        self._in_txn = False
+        self._in_txn = self._txn_open = False
+        self._queued.clear()
+        self._ending.clear()
         self._uncommitted.clear()  # aborted: the rewind reads them again
         self._aborts += 1
         self._aborted_msgs += self._txn_msgs
         self._replaced_producers += 1
         if rewind:
-            self._rewind(list(self._assigned))
+            self._rewind_after_abort()
 
     def _run(
         self,
@@ -818,9 +907,9 @@ class Router:
                 if cur.at_s - last_status.at_s >= cfg.status_interval_s:
                     log.info(format_status(last_status, cur, len(self._assigned), cfg.guarantee))
                     last_status = cur
-            if until is not None and not self._in_txn and until(self.stats()):
+            if until is not None and not self._uncommitted_batch and until(self.stats()):
                 break
-        if self._in_txn and not self._failed:
+        if self._uncommitted_batch and not self._failed:
             self._commit()
         return self.stats()
 
@@ -836,6 +925,10 @@ class Router:
             # batching: consume() waits for `room` messages or the batch window
             # (nothing is visible before the commit anyway)
             wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
+            if self._inflight is not None:
+                # short slices while a commit runs: its successor's queued records are
+                # produced soon after it returns, not at the end of the batch window
+                wait = min(wait, 0.005)
             msgs = consumer.consume(num_messages=room, timeout=wait)
         else:
             # take what is there; else wait for the FIRST message only (consume()
@@ -843,6 +936,10 @@ class Router:
             # 100 ms to every transaction's latency).  At-least-once never holds
             # a message back: it waits at most until the next commit is due.
             msgs = consumer.consume(num_messages=room, timeout=0)
+            if not msgs and self._inflight is not None:
+                # Nothing to overlap the background commit with: wait for it (its
+                # batch is counted, its ended sessions paused, without a 0.1 s lag).
+                self._settle()
             if not msgs:
                 wait = 0.1
                 if self._in_txn:
@@ -850,6 +947,12 @@ class Router:
                     wait = min(0.1, max(0.0, wait))
                 first = consumer.poll(wait)
                 msgs = [] if first is None else [first]
+        if self._rewind_due:
+            # an abort inside a rebalance callback (_rewind_after_abort): what this
+            # call returned lies past the aborted batch; it is read again
+            self._rewind_due = False
+            self._seek_back(msgs)
+            msgs = []
         if self.metrics is not None:
             self.metrics.maybe_sample(consumer, self._assigned)
         try:
@@ -857,7 +960,10 @@ class Router:
                 self._handle(msg)
         except _AbortableProduce as exc:
             # The rest of this batch is re-read after the rewind.
+            self._note_consumed(msgs)
             self._abort(str(exc))
+        if self._inflight is not None:
+            self._settle(wait=False)  # done: produce the queued records now
         if not self._exactly_once:
             # Serve delivery reports now: a failed delivery stops the router before
             # its next offset commit could pass it.
@@ -867,12 +973,15 @@ class Router:
         if self._in_txn and cfg.should_commit(
             self._txn_msgs, (time.monotonic() - self._txn_started) * 1000.0
         ):
-            self._commit()
+            if self._background:
+                self._start_commit()
+            else:
+                self._commit()
         if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
             # Commit the open batch first: the refresh triggers a rejoin, and
             # offsets sent during it fail with ILLEGAL_GENERATION (exactly-once:
             # abort + re-read; at-least-once: a refused commit).
-            if self._in_txn:
+            if self._uncommitted_batch:
                 self._commit()
             # A full metadata request makes librdkafka re-match the regex now.
             try:
@@ -911,17 +1020,21 @@ class Router:
 
     # -- per message -------------------------------------------------------
     def _begin(self) -> None:
-        assert self._producer is not None
-        if self._exactly_once:
-            try:
-                self._producer.begin_transaction()
-            except KafkaException as exc:
-                raise self._fatal("begin_transaction", exc) from exc
+        if self._exactly_once and self._inflight is None:
+            self._begin_transaction()
         self._in_txn = True
         self._txn_started = time.monotonic()
         self._txn_msgs = self._txn_routed = self._txn_dlq = self._txn_announce = 0
         self._txn_errors.clear()
         self._ending.clear()
+
+    def _begin_transaction(self) -> None:
+        assert self._producer is not None
+        try:
+            self._producer.begin_transaction()
+        except KafkaException as exc:
+            raise self._fatal("begin_transaction", exc) from exc
+        self._txn_open = True
 
     def _handle(self, msg: Message) -> None:
         err = msg.error()
@@ -939,7 +1052,10 @@ class Router:
         partition = msg.partition() or 0
         offset = msg.offset() or 0
         # What the next commit sends (both guarantees): only the partitions that moved.
-        self._uncommitted[(topic, partition)] = offset + 1
+        source = (topic, partition)
+        self._uncommitted[source] = offset + 1
+        if source not in self._first and self._exactly_once:
+            self._first[source] = offset
         if topic == self._control_topic:
             self._handle_announcement(msg)
             return
@@ -1007,6 +1123,11 @@ class Router:
         headers: Any,
         timestamp_ms: int,
     ) -> None:
+        if self._inflight is not None:
+            # The previous transaction is committing: this record goes into the next
+            # one, produced when that commit has returned (_settle).
+            self._queued.append((topic, value, key, headers, timestamp_ms))
+            return
         producer = self._producer
         assert producer is not None
         # timestamp 0 = "now"; a negative one means the source had none.
@@ -1076,10 +1197,18 @@ class Router:
             )
 
     # -- commits -----------------------------------------------------------
+    @property
+    def _uncommitted_batch(self) -> bool:
+        """A batch is open or still committing in the background."""
+        return self._in_txn or self._inflight is not None
+
     def _commit(self) -> None:
-        """Commit the open batch: its transaction, or (at-least-once) its offsets."""
+        """Commit the open batch and wait for it: its transaction (after the one in
+        the background, if any), or (at-least-once) its offsets."""
         if self._exactly_once:
-            self._commit_transaction()
+            self._settle()
+            if self._in_txn:
+                self._commit_transaction()
         else:
             self._commit_offsets()
 
@@ -1181,7 +1310,12 @@ class Router:
         refused: str | None = None
         if positions:
             try:
-                consumer.commit(offsets=positions, asynchronous=False)
+                # bounded (OFFSET_COMMIT_WAIT_S): the call itself takes no timeout
+                self._bounded(
+                    "offset commit",
+                    lambda _t: consumer.commit(offsets=positions, asynchronous=False),
+                    limit=OFFSET_COMMIT_WAIT_S,
+                )
             except KafkaException as exc:
                 kerr = exc.args[0]
                 if kerr.fatal():
@@ -1190,6 +1324,8 @@ class Router:
                         f"offset commit failed fatally: {kerr}", kerr, retriable=False
                     ) from exc
                 refused = str(kerr)
+            except _Wedged as exc:
+                refused = f"{exc}; given up (a rebalance storm or an overloaded broker?)"
         done = time.monotonic()
         self._commit_s += done - t_flushed
         if self.metrics is not None:
@@ -1232,6 +1368,179 @@ class Router:
                 )
             log.warning("flush: %d message(s) not yet delivered; waiting", left)
 
+    def _transaction_calls(
+        self, positions: list[TopicPartition], metadata: object | None, *, direct: bool = False
+    ) -> None:
+        """``send_offsets_to_transaction`` (if any moved) + ``commit_transaction``."""
+        producer = self._producer
+        assert producer is not None
+        if positions:
+            self._broker_call(
+                "send_offsets_to_transaction",
+                lambda t: producer.send_offsets_to_transaction(positions, metadata, t),
+                direct=direct,
+            )
+        self._broker_call("commit_transaction", producer.commit_transaction, direct=direct)
+
+    def _start_commit(self) -> None:
+        """Exactly-once: commit the open batch's transaction in a helper thread.
+
+        The batch is closed here (the next message opens a new one, whose records
+        wait in ``_queued``); :meth:`_settle` collects the outcome.  The offsets
+        and the group generation (``consumer_group_metadata``) are taken now, in
+        the loop's thread, so a later rebalance cannot slip other partitions'
+        offsets into this commit, and a commit the group has fenced meanwhile
+        fails (abortable) instead of committing a lost partition.
+        """
+        self._settle()  # one transaction at a time (normally long done)
+        if not self._in_txn:
+            return  # (aborted by that settle)
+        consumer = self._consumer
+        assert consumer is not None
+        positions = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
+        metadata = consumer.consumer_group_metadata() if positions else None
+        inflight = _InflightCommit(
+            self._uncommitted,
+            msgs=self._txn_msgs,
+            routed=self._txn_routed,
+            dlq=self._txn_dlq,
+            announce=self._txn_announce,
+            ending=self._ending,
+            txn_started=self._txn_started,
+        )
+
+        def target() -> None:
+            try:
+                # (directly in this thread: _settle watches it for WEDGED_S and stops)
+                self._transaction_calls(positions, metadata, direct=True)
+            except BaseException as exc:  # handed to the loop by _settle
+                inflight.error = exc
+            inflight.done_at = time.monotonic()
+
+        inflight.first = self._first
+        self._uncommitted = {}
+        self._first = {}
+        self._ending = set()
+        self._in_txn = self._txn_open = False
+        inflight.thread = threading.Thread(target=target, name="router-commit", daemon=True)
+        self._inflight = inflight
+        inflight.thread.start()
+
+    def _settle(self, *, wait: bool = True, rewind: bool = True) -> None:
+        """Finish the background commit (:meth:`_start_commit`), if there is one.
+
+        ``wait=False``: only if it has already returned.  Success: its batch is
+        counted and the open batch's queued records are produced in a new
+        transaction.  An abortable error aborts that transaction and drops the open
+        batch too (nothing of it was produced): the rewind reads both again.  A
+        wedged call replaces the producer (same).  Fatal errors, a stop while the
+        broker is unreachable and DeliveryError are raised here, in the loop.
+        """
+        inflight = self._inflight
+        if inflight is None:
+            return
+        thread = inflight.thread
+        assert thread is not None
+        if thread.is_alive():
+            if not wait:
+                return
+            t0 = time.monotonic()
+            try:
+                exc_now = self._wait_for(inflight)
+            finally:
+                self._commit_s += time.monotonic() - t0
+        else:
+            exc_now = None
+        self._inflight = None
+        exc = exc_now or inflight.error
+        if exc is None:
+            self._committed(inflight)
+            if self._in_txn:
+                self._produce_queued()
+            return
+        # Failed: the producer's transaction is still the background batch's.  What
+        # the abort gives up (and the rewind reads again): both batches.
+        self._txn_msgs = inflight.msgs + (self._txn_msgs if self._in_txn else 0)
+        self._in_txn = self._txn_open = True
+        for key, offset in self._first.items():  # (the older batch's offsets come first)
+            inflight.first.setdefault(key, offset)
+        self._first = inflight.first
+        self._queued.clear()
+        self._ending.clear()
+        if isinstance(exc, _Wedged):
+            self._replace_producer(str(exc), rewind=rewind)
+            return
+        if isinstance(exc, KafkaException):
+            kerr = exc.args[0]
+            if not kerr.txn_requires_abort():
+                raise self._fatal("commit", exc) from exc
+            self._abort(str(kerr), rewind=rewind)
+            return
+        raise exc
+
+    def _wait_for(self, inflight: _InflightCommit) -> _Wedged | None:
+        """Wait for a background commit as :meth:`_bounded` waits for a call: a stop
+        request gives up after :data:`CALL_TIMEOUT_S` (:class:`_Abandoned`), and a
+        commit still running after :data:`WEDGED_S` is left in its thread (returned
+        as :class:`_Wedged`: the producer is replaced)."""
+        thread = inflight.thread
+        assert thread is not None
+        while True:
+            thread.join(0.05)
+            if not thread.is_alive():
+                return None
+            ran = time.monotonic() - inflight.started_at
+            if self._stop.is_set() and ran >= CALL_TIMEOUT_S:
+                raise _Abandoned(f"the transaction commit has not returned after {ran:.1f} s")
+            if ran >= WEDGED_S:
+                return _Wedged(f"the transaction commit has not returned after {ran:.0f} s")
+
+    def _produce_queued(self) -> None:
+        """Begin the open batch's transaction and produce what waited for it."""
+        self._begin_transaction()
+        queued, self._queued = self._queued, []
+        try:
+            for topic, value, key, headers, ts in queued:
+                self._produce(topic, value, key, headers, ts)
+        except _AbortableProduce as exc:
+            self._abort(str(exc))  # the rewind reads the rest again
+
+    def _committed(self, inflight: _InflightCommit) -> None:
+        """A background commit succeeded: count its batch, pause its ended sessions."""
+        if self.metrics is not None:
+            self.metrics.on_commit(
+                inflight.done_at - inflight.txn_started, inflight.done_at - inflight.started_at
+            )
+        self._consecutive_aborts = 0
+        self._transactions += 1
+        self._routed += inflight.routed
+        self._dlq += inflight.dlq
+        self._announcements += inflight.announce
+        if inflight.ending:
+            self._pause(inflight.ending)
+
+    def _settle_after_failure(self) -> bool:
+        """close() after a failure: wait for a background commit (no other call may
+        use the producer meanwhile), report its outcome instead of raising it (the
+        failure that stopped the router is the one to see), and drop the queued
+        records.  Returns True, for use in a condition."""
+        inflight, self._inflight = self._inflight, None
+        self._queued.clear()
+        if inflight is None or inflight.thread is None:
+            return True
+        inflight.thread.join(WEDGED_S)
+        if inflight.thread.is_alive():
+            log.warning("background commit still running after %.0f s; left to it", WEDGED_S)
+            self._producer_dead = True  # (in use by that thread: close() leaves it alone)
+            return True
+        if inflight.error is None:
+            self._committed(inflight)
+        else:
+            # its transaction is still open: close() aborts it (unless the producer died)
+            self._txn_open = True
+            log.warning("background commit failed too: %s", inflight.error)
+        return True
+
     def _commit_transaction(self) -> None:
         """Send consumed offsets and commit; abort + rewind on abortable errors."""
         consumer, producer = self._consumer, self._producer
@@ -1239,13 +1548,8 @@ class Router:
         t0 = time.monotonic()
         positions = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
         try:
-            if positions:
-                metadata = consumer.consumer_group_metadata()
-                self._broker_call(
-                    "send_offsets_to_transaction",
-                    lambda t: producer.send_offsets_to_transaction(positions, metadata, t),
-                )
-            self._broker_call("commit_transaction", producer.commit_transaction)
+            metadata = consumer.consumer_group_metadata() if positions else None
+            self._transaction_calls(positions, metadata)
         except _Wedged as exc:
             self._commit_s += time.monotonic() - t0
             self._replace_producer(str(exc))
@@ -1258,13 +1562,14 @@ class Router:
             self._abort(str(kerr))
             return
         self._commit_s += time.monotonic() - t0
-        self._own_committed.update(self._uncommitted)
+        self._first.clear()
         self._uncommitted.clear()
         if self.metrics is not None:
             done = time.monotonic()
             self.metrics.on_commit(done - self._txn_started, done - t0)
         self._consecutive_aborts = 0
         self._transactions += 1
+        self._txn_open = False
         self._batch_done()
 
     def _abort(self, why: str, *, rewind: bool = True) -> None:
@@ -1276,14 +1581,17 @@ class Router:
             why,
             self._txn_errors or "none reported",
         )
-        try:
-            self._broker_call("abort_transaction", producer.abort_transaction, txn=False)
-        except _Wedged as exc:
-            self._replace_producer(str(exc), rewind=rewind)
-            return
-        except KafkaException as exc:
-            raise self._fatal("abort_transaction", exc) from exc
-        self._in_txn = False
+        if self._txn_open:
+            try:
+                self._broker_call("abort_transaction", producer.abort_transaction, txn=False)
+            except _Wedged as exc:
+                self._replace_producer(str(exc), rewind=rewind)
+                return
+            except KafkaException as exc:
+                raise self._fatal("abort_transaction", exc) from exc
+        self._in_txn = self._txn_open = False
+        self._queued.clear()
+        self._ending.clear()
         self._uncommitted.clear()  # the rewind (or the next owner) reads them again
         if self.metrics is not None:
             self.metrics.on_abort(self._txn_msgs)
@@ -1298,31 +1606,53 @@ class Router:
                 "than retrying forever"
             )
         if rewind:
-            self._rewind(list(self._assigned))
+            self._rewind_after_abort()
         if self._consecutive_aborts > 1:
             time.sleep(min(2.0, 0.05 * self._consecutive_aborts))  # back off repeated aborts
 
-    def _rewind(self, partitions: list[TopicPartition]) -> None:
-        """Seek to the last committed offsets, so the aborted batch is read again."""
+    def _rewind_after_abort(self) -> None:
+        """Seek back what the aborted batch consumed (:meth:`_seek_back`), now or,
+        inside a rebalance callback, right after the consume() call that runs it.
+
+        Why deferred: that consume() call may return messages it had taken before
+        running the callback, from positions past the aborted batch; handled, they
+        would be routed again after the seek (duplicates).  The loop drops what the
+        call returned and seeks back to before it.
+        """
+        if self._in_rebalance:
+            self._rewind_due = True
+        else:
+            self._seek_back()
+
+    def _note_consumed(self, msgs: list[Message]) -> None:
+        """Exactly-once: consumed messages that were not handled (dropped before an
+        abort's seek back) must be read again too: note where, unless an earlier
+        message of their partition is noted already."""
+        if not self._exactly_once:
+            return
+        for m in msgs:
+            topic = m.topic()
+            if m.error() is None and topic is not None:
+                self._first.setdefault((topic, m.partition() or 0), m.offset() or 0)
+
+    def _seek_back(self, unhandled: list[Message] | None = None) -> None:
+        """Seek every assigned partition that moved since its last committed
+        transaction back to its first uncommitted message (``_first``), so the
+        aborted batch is read again; ``unhandled``: messages consumed after it and
+        dropped.  No broker call."""
         consumer = self._consumer
         assert consumer is not None
-        if not partitions:
-            return
-        committed: list[TopicPartition] = []
-
-        def look_up(timeout: float) -> None:
-            committed[:] = consumer.committed(partitions, timeout=timeout)
-
-        try:
-            self._broker_call("committed offsets", look_up, txn=False)
-        except (KafkaException, _Wedged) as exc:
-            self._failed = True
-            raise DeliveryError.from_kafka(
-                f"could not read the committed offsets to rewind to: {exc.args[0]}", exc
-            ) from exc
-        for tp in committed:
-            offset = rewind_offset(tp.offset, self._own_committed.get((tp.topic, tp.partition)))
-            consumer.seek(TopicPartition(tp.topic, tp.partition, offset))
+        if unhandled:
+            self._note_consumed(unhandled)
+        targets, self._first = self._first, {}
+        for (topic, partition), offset in targets.items():
+            tp = TopicPartition(topic, partition)
+            if tp in self._assigned:
+                consumer.seek(TopicPartition(topic, partition, offset))
+                if self._paused.pop((topic, partition), None) is not None:
+                    # paused (its session_end committed) while the aborted batch held
+                    # later records of it: fetch them again
+                    consumer.resume([tp])
 
     # -- rebalance callbacks (run inside consume()) -------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
@@ -1346,25 +1676,40 @@ class Router:
         # Commit what we consumed while we still own the partitions (KIP-447:
         # the group generation in consumer_group_metadata() fences late commits;
         # at-least-once: flush, then commit, so the next owner starts after them).
+        # A background commit is waited for first (it holds offsets of partitions we
+        # still own here), then the open batch, queued records included, commits.
         self._rebalances += 1
-        if self._in_txn and not self._failed:
-            self._commit()
+        self._in_rebalance = True
+        try:
+            if self._uncommitted_batch and not self._failed:
+                self._commit()
+        finally:
+            self._in_rebalance = False
         self._forget(partitions)
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Ownership is already gone: committing offsets would be fenced; abort.
         # (At-least-once: nothing to undo; the next owner re-reads from the last
         # committed offsets, i.e. duplicates, and our next commit skips these.)
+        # A background commit is waited for (no abort while it runs); the group
+        # fences it if the generation has moved on, which aborts it here.
         self._rebalances += 1
         self._forget(partitions)
-        if self._in_txn and self._exactly_once and not self._failed:
-            self._abort("partitions lost (session timeout or fenced generation)")
+        self._in_rebalance = True
+        try:
+            if self._inflight is not None and not self._failed:
+                self._settle()
+            if self._in_txn and self._exactly_once and not self._failed:
+                self._abort("partitions lost (session timeout or fenced generation)")
+        finally:
+            self._in_rebalance = False
 
     def _forget(self, partitions: list[TopicPartition]) -> None:
         for tp in partitions:
             self._assigned.discard(TopicPartition(tp.topic, tp.partition))
             # (not ours any more: the next owner starts at the last committed offset)
             self._uncommitted.pop((tp.topic, tp.partition), None)
+            self._first.pop((tp.topic, tp.partition), None)
             self._paused.pop((tp.topic, tp.partition), None)
         self._assigned_topics = {tp.topic for tp in self._assigned}
 
@@ -1375,5 +1720,4 @@ __all__ = [
     "Router",
     "default_decoder",
     "ensure_topics",
-    "rewind_offset",
 ]

@@ -12,7 +12,7 @@ import threading
 import time
 
 import pytest
-from confluent_kafka import KafkaError, KafkaException
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.errors import DeliveryError
 from streams.router import router as router_mod
@@ -110,16 +110,113 @@ def test_giving_up_after_broker_wait_is_a_loud_delivery_error(
         _router()._broker_call("commit_transaction", call)
 
 
-def test_a_rewind_never_goes_behind_what_this_router_committed() -> None:
-    from confluent_kafka import OFFSET_BEGINNING
+class _SeekRecorder:
+    def __init__(self) -> None:
+        self.seeks: list[tuple[str, int, int]] = []
 
-    from streams.router.router import rewind_offset
+        self.resumed: list[tuple[str, int]] = []
 
-    # the lookup answered "none yet" / an older offset than our last commit stored
-    assert rewind_offset(-1001, 50) == 50
-    assert rewind_offset(10, 50) == 50
-    # another owner moved it further (we got the partition back): the group's wins
-    assert rewind_offset(80, 50) == 80
-    # nothing committed anywhere: from the beginning, as before
-    assert rewind_offset(-1001, None) == OFFSET_BEGINNING
-    assert rewind_offset(7, None) == 7
+    def seek(self, tp: TopicPartition) -> None:
+        self.seeks.append((tp.topic, tp.partition, tp.offset))
+
+    def resume(self, tps: list[TopicPartition]) -> None:
+        self.resumed.extend((tp.topic, tp.partition) for tp in tps)
+
+
+class _Msg:
+    def __init__(self, topic: str, partition: int, offset: int) -> None:
+        self._t, self._p, self._o = topic, partition, offset
+
+    def topic(self) -> str:
+        return self._t
+
+    def partition(self) -> int:
+        return self._p
+
+    def offset(self) -> int:
+        return self._o
+
+    def error(self) -> None:
+        return None
+
+
+def test_an_abort_seeks_back_to_the_first_uncommitted_message_without_a_lookup() -> None:
+    """Exactly-once abort: every assigned partition that moved since its last
+    committed transaction goes back to its first uncommitted message (no
+    committed-offset lookup: it does not return during a rebalance); messages
+    consumed and dropped after the abort are read again too; partitions no longer
+    assigned are left alone; a paused one is resumed (its records are read again)."""
+    router = _router()
+    consumer = _SeekRecorder()
+    router._consumer = consumer  # type: ignore[assignment]
+    router._assigned = {TopicPartition("t.session.a", 0), TopicPartition("t.session.b", 0)}
+    router._first = {("t.session.a", 0): 10}
+    # paused when its session_end committed, while the aborted batch held later records
+    router._paused = {("t.session.a", 0): 20}
+    dropped = [
+        _Msg("t.session.a", 0, 15),  # after the batch's first message: not the target
+        _Msg("t.session.b", 0, 7),  # only consumed, never handled: read again
+        _Msg("t.session.c", 0, 3),  # revoked meanwhile: not ours to seek
+    ]
+    router._seek_back(dropped)  # type: ignore[arg-type]
+    assert sorted(consumer.seeks) == [("t.session.a", 0, 10), ("t.session.b", 0, 7)]
+    assert router._first == {}
+    assert consumer.resumed == [("t.session.a", 0)] and router._paused == {}
+
+
+class _BlockingCommitConsumer:
+    """Stands in for the consumer: a synchronous offset commit that hangs (as during a
+    rebalance storm) until ``release`` is set; records what it was asked to commit."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.asked: list[list[tuple[str, int, int]]] = []
+
+    def commit(self, *, offsets: list[object], asynchronous: bool) -> None:
+        assert asynchronous is False
+        self.asked.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])  # type: ignore[attr-defined]
+        self.release.wait(30)
+
+
+class _DeliveredProducer:
+    def flush(self, timeout: float) -> int:
+        return 0  # everything delivered
+
+
+def test_an_at_least_once_offset_commit_that_does_not_return_is_given_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue #12 item 1.3: ``Consumer.commit(asynchronous=False)`` takes no timeout;
+    the router used to sit in it as long as it hung.  Now it gives up after
+    OFFSET_COMMIT_WAIT_S, counts a refused commit and keeps the offsets for the next
+    commit (nothing lost, nothing marked committed that was not)."""
+    from streams.router import RouterConfig
+
+    monkeypatch.setattr(router_mod, "OFFSET_COMMIT_WAIT_S", 0.3)
+    router = Router(
+        Settings(bootstrap="127.0.0.1:1", prefix="t"),
+        RouterConfig(guarantee="at-least-once", status_interval_s=0),
+    )
+    consumer = _BlockingCommitConsumer()
+    router._consumer = consumer  # type: ignore[assignment]
+    router._producer = _DeliveredProducer()  # type: ignore[assignment]
+    router._in_txn = True
+    router._uncommitted = {("t.session.a", 0): 5}
+    done = threading.Event()
+
+    def commit() -> None:
+        router._commit_offsets()
+        done.set()
+
+    caller = threading.Thread(target=commit, daemon=True)
+    caller.start()
+    try:
+        assert done.wait(5.0), "the offset commit was waited for as long as it hung"
+    finally:
+        consumer.release.set()
+    caller.join(5.0)
+    assert consumer.asked == [[("t.session.a", 0, 5)]]
+    stats = router.stats()
+    assert stats.failed_commits == 1 and stats.offset_commits == 0
+    assert router._uncommitted == {("t.session.a", 0): 5}  # the next commit covers it
+    assert not router._in_txn  # the batch was delivered: it is done

@@ -19,7 +19,7 @@ def test_defaults_leave_settings_to_env() -> None:
     args = parse()
     assert args.bootstrap is None and args.prefix is None and args.partitions is None
     assert args.transactional_id is None
-    assert (args.batch_size, args.batch_ms, args.refresh_ms) == (5000, 100, 1000)
+    assert (args.batch_size, args.batch_ms, args.refresh_ms) == (20000, 100, 1000)
     assert args.no_announcements is False
 
 

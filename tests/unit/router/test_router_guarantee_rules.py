@@ -54,6 +54,14 @@ def test_config_rejects_bad_linger(value: object) -> None:
     assert info.value.key == "linger_ms"
 
 
+@pytest.mark.parametrize("value", [1, 0, "yes", None])
+def test_config_rejects_a_non_bool_commit_in_background(value: object) -> None:
+    assert RouterConfig().commit_in_background is False  # the default
+    with pytest.raises(ConfigError) as info:
+        RouterConfig(commit_in_background=value)  # type: ignore[arg-type]
+    assert info.value.key == "commit_in_background"
+
+
 # -- CLI ---------------------------------------------------------------------------
 def parse(*argv: str) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="trajectory router")

@@ -1,51 +1,27 @@
-"""The ``trajectory router`` command's arguments (no Kafka: run() is not called)."""
+"""``trajectory router``'s flags reach the :class:`RouterConfig` it runs with."""
 
 from __future__ import annotations
 
 import argparse
 
-import pytest
+from streams.commands.router import add_arguments, router_config
+from streams.router import RouterConfig
 
-from streams.commands import router as cmd
 
-
-def parse(*argv: str) -> argparse.Namespace:
+def _config(*argv: str) -> RouterConfig:
     parser = argparse.ArgumentParser()
-    cmd.add_arguments(parser)
-    return parser.parse_args(list(argv))
+    add_arguments(parser)
+    return router_config(parser.parse_args(list(argv)))
 
 
-def test_defaults_leave_settings_to_env() -> None:
-    args = parse()
-    assert args.bootstrap is None and args.prefix is None and args.partitions is None
-    assert args.transactional_id is None
-    assert (args.batch_size, args.batch_ms, args.refresh_ms) == (20000, 100, 1000)
-    assert args.no_announcements is False
+def test_defaults_are_the_config_defaults() -> None:
+    got, want = _config(), RouterConfig()
+    for name in ("batch_max_messages", "batch_max_ms", "commit_in_background", "paused_check_s"):
+        assert getattr(got, name) == getattr(want, name), name
+    assert got.commit_in_background is False
 
 
-def test_flags() -> None:
-    args = parse(
-        "--bootstrap", "h:1", "--prefix", "p", "--partitions", "12",
-        "--transactional-id", "p.router.3", "--batch-size", "50", "--no-announcements",
-    )  # fmt: skip
-    assert (args.bootstrap, args.prefix, args.partitions) == ("h:1", "p", 12)
-    assert (args.transactional_id, args.batch_size, args.no_announcements) == (
-        "p.router.3",
-        50,
-        True,
-    )
-
-
-def test_help_teaches(capsys: pytest.CaptureFixture[str]) -> None:
-    with pytest.raises(SystemExit):
-        cmd.main(["--help"])
-    out = capsys.readouterr().out
-    for needle in (
-        "<prefix>.events",
-        "<prefix>.dlq",
-        "dlq.reason",
-        "SIGTERM",
-        "--transactional-id",
-        "Examples:",
-    ):
-        assert needle in out
+def test_commit_in_background_and_batch_flags_reach_the_config() -> None:
+    got = _config("--commit-in-background", "--batch-size", "500", "--batch-ms", "50")
+    assert got.commit_in_background is True
+    assert (got.batch_max_messages, got.batch_max_ms) == (500, 50)

@@ -57,7 +57,6 @@ HEAVY = (
     "tests/integration/test_replay_live.py::test_live_outputs_equal_replay",
     "tests/integration/test_worker_shutdown.py::test_sigterm_mid_stream",
     "tests/integration/test_worker_shutdown.py::test_sigterm_during_startup",
-    "tests/integration/test_router_guarantee.py::test_latency_publish_to_visible",
     "tests/integration/test_detection.py::test_sigkill_mid_stream",
     "tests/integration/test_worker.py::test_sigkill_mid_stream",
     "tests/integration/test_detection.py::test_a_restarted_worker_still_reports",

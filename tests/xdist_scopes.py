@@ -205,5 +205,42 @@ def make_scheduler(config: Any, log: Any) -> Any:
                     self.workqueue.move_to_end(filler, last=False)
             super()._assign_work_unit(node)
 
+        def _reschedule(self, node: Any) -> None:
+            # Never leave a worker holding one test while work is queued: it would
+            # wait for a next one that only a completion on it would bring, and none
+            # comes.  xdist tops up one unit per completion, which left a worker that
+            # replaced a crashed one (it gets one unit once) waiting forever.
+            if node.shutting_down:
+                return
+            assigned = self.assigned_work[node]
+            while self.workqueue and self._pending_of(assigned) < 2:
+                self._assign_work_unit(node)
+            if not self.workqueue:
+                node.shutdown()  # it runs what it holds, then ends
+
+        def remove_node(self, node: Any) -> str | None:
+            # A worker that crashed: its running test is reported as crashed (by
+            # xdist, from the returned id) and is NOT queued again (xdist's
+            # LoadScopeScheduling re-queued it, so one crashing test took down a
+            # worker after another); the rest of its work goes back to the queue.
+            workload = self.assigned_work.pop(node)
+            pending = [
+                (scope, nodeid)
+                for scope, unit in workload.items()
+                for nodeid, done in unit.items()
+                if not done
+            ]
+            if not pending:
+                return None
+            scope, crashitem = pending[0]  # a worker runs its tests in the order given
+            workload[scope][crashitem] = True
+            for scope, unit in reversed(workload.items()):  # to the front, in order
+                if not all(unit.values()):
+                    self.workqueue[scope] = unit
+                    self.workqueue.move_to_end(scope, last=False)
+            for other in self.assigned_work:
+                self._reschedule(other)
+            return str(crashitem)
+
     config.option.loadscopereorder = False  # keep our order (xdist sorts by size)
     return ModuleScopeScheduling(config, log)

@@ -343,3 +343,46 @@ def test_a_heavy_unit_is_not_queued_behind_a_running_heavy_test(tmp_path: Path) 
         check=False,
     )
     assert proc.returncode == 0 and "9 passed" in proc.stdout, proc.stdout + proc.stderr
+
+
+_CRASHING_MODULE = """
+import os
+import time
+
+
+def test_0():
+    time.sleep(0.5)
+
+
+def test_crash():
+    os._exit(3)  # what a native crash in a client library does to the xdist worker
+
+
+""" + "\n".join(f"def test_{i}():\n    time.sleep(0.2)\n" for i in range(1, 8))
+
+
+def test_a_crashed_worker_is_replaced_and_the_run_still_ends(tmp_path: Path) -> None:
+    """A test that takes its xdist worker down (seen: librdkafka aborting in a garbage
+    collection) hung the whole run: the replacement worker got one single-test unit
+    and waited for a next test that never came, so pytest never ended.  Now the run
+    ends, the crashed test is reported once (not run again on the next worker) and
+    every other test runs.  The subprocess timeout only bounds the hang."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(_SCHEDULED_CONFTEST.format(tests=str(TESTS)))
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "test_crashing.py").write_text(_CRASHING_MODULE)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "tests"],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert "1 failed, 8 passed" in proc.stdout, out
+    assert out.count("crashed while running 'tests/unit/test_crashing.py::test_crash'") == 1, out

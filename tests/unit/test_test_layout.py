@@ -198,6 +198,11 @@ def test_a_conftest_fixture_shared_by_module_keeps_its_modules_whole(
     assert shares_fixtures(tmp_path, "tests/integration/test_m.py") is shared
 
 
+#: The sub-suites run pytest-xdist alone: three interpreters (controller and two xdist
+#: workers) that also loaded hypothesis, docker, anyio... took ~20 s each under load.
+_SUB_PYTEST = ("-q", "-p", "xdist", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup")
+_SUB_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+
 _SCHEDULED_CONFTEST = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -252,9 +257,9 @@ def _setups_under_xdist(tmp_path: Path, conftest: str) -> list[str]:
     setups = tmp_path / "setups.txt"
     setups.touch()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "tests"],
+        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
         cwd=tmp_path,
-        env={**os.environ, "SETUPS_FILE": str(setups)},
+        env={**os.environ, **_SUB_ENV, "SETUPS_FILE": str(setups)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -334,9 +339,9 @@ def test_a_heavy_unit_is_not_queued_behind_a_running_heavy_test(tmp_path: Path) 
     marks = tmp_path / "marks"
     marks.mkdir()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "tests"],
+        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
         cwd=tmp_path,
-        env={**os.environ, "MARKS_DIR": str(marks)},
+        env={**os.environ, **_SUB_ENV, "MARKS_DIR": str(marks)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -375,9 +380,9 @@ def test_a_crashed_worker_is_replaced_and_the_run_still_ends(tmp_path: Path) -> 
     (tmp_path / "tests" / "unit").mkdir(parents=True)
     (tmp_path / "tests" / "unit" / "test_crashing.py").write_text(_CRASHING_MODULE)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "tests"],
+        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
         cwd=tmp_path,
-        env=dict(os.environ),
+        env={**os.environ, **_SUB_ENV},
         capture_output=True,
         text=True,
         timeout=90,

@@ -18,6 +18,7 @@ Invariants:
   is set up once per run;
 * every other test of an integration or chaos module is a unit of its own: its
   fixtures are per test anyway, and a 150 s module no longer ends the run alone;
+* a module in :data:`SERIAL_MODULES` is one unit: its tests must not overlap;
 * the modules in :data:`SHARED_SCOPES` with the same name form one unit: they share a
   session-scoped fixture that would otherwise be started in each xdist worker;
 * a unit test is a unit of its own (they are cheap: they fill the gaps at the end);
@@ -44,30 +45,37 @@ SHARED_SCOPES: dict[str, str] = {
     "tests/integration/test_secure_compose_init.py": "secure-broker",
 }
 
+#: Modules kept as ONE unit although their fixtures are per test: their tests must not
+#: run side by side.  test_router_broker_restart: each test stops its own broker for
+#: 18 s and starts it again on the same ports; run in parallel, one test's broker took
+#: the other's freed port (free_ports during the outage) and the two routers, same
+#: prefix, fenced each other (seen: "Static consumer fenced ... group.instance.id").
+SERIAL_MODULES = ("tests/integration/test_router_broker_restart.py",)
+
 #: Node id prefixes (a module or one test) of the units that take longest (kill/restart
 #: cycles, rebalances, broker outages, two workers, the chaos run), LONGEST FIRST (the
 #: figures of a quiet run, docs/testing.md): their units are handed out first, in this
 #: order.  tests/unit/test_test_layout.py checks each still names a test.
 HEAVY = (
-    "tests/integration/test_worker_recovery.py::test_clean_rebalances_under_load",
-    "tests/chaos/test_chaos_faults.py",
-    "tests/integration/test_secure_cluster.py",
     "tests/integration/test_router_broker_restart.py",
-    "tests/integration/test_worker_recovery.py::test_sessions_never_go_backwards",
-    "tests/integration/test_replay_live.py::test_live_outputs_equal_replay",
-    "tests/integration/test_worker_shutdown.py::test_sigterm_mid_stream",
-    "tests/integration/test_worker_shutdown.py::test_sigterm_during_startup",
+    "tests/chaos/test_chaos_faults.py",
     "tests/integration/test_detection.py::test_sigkill_mid_stream",
-    "tests/integration/test_worker.py::test_sigkill_mid_stream",
-    "tests/integration/test_detection.py::test_a_restarted_worker_still_reports",
-    "tests/integration/test_detection.py::test_two_workers_publish",
+    "tests/integration/test_secure_cluster.py",
+    "tests/integration/test_worker_shutdown.py::test_sigterm_during_startup",
+    "tests/integration/test_replay_live.py::test_live_outputs_equal_replay",
     "tests/integration/test_worker_shutdown.py::test_sigterm_after_the_group_expelled",
+    "tests/integration/test_detection.py::test_two_workers_publish",
+    "tests/integration/test_worker.py::test_sigkill_mid_stream",
     "tests/integration/test_ingest_acceptance.py",
-    "tests/integration/test_demo.py",
+    "tests/integration/test_detection.py::test_a_restarted_worker_still_reports",
     "tests/integration/test_broker_lifecycle.py::test_killed_broker_leaves_stale_state",
-    "tests/integration/test_router_crash.py",
-    "tests/integration/test_worker.py::test_partitions_move_between_two_workers",
     "tests/integration/test_replay_volume.py",
+    "tests/integration/test_worker_recovery.py::test_clean_rebalances_under_load",
+    "tests/integration/test_worker_shutdown.py::test_sigterm_mid_stream",
+    "tests/integration/test_worker.py::test_partitions_move_between_two_workers",
+    "tests/integration/test_demo.py",
+    "tests/integration/test_worker_recovery.py::test_sessions_never_go_backwards",
+    "tests/integration/test_router_crash.py",
     "tests/integration/test_subscriber_kafka.py::test_context_for_scans_a_large_partition",
     "tests/integration/test_otlp_receiver.py",
 )
@@ -84,6 +92,8 @@ def scope_of(nodeid: str, root: Path = REPO_ROOT) -> str:
     module = nodeid.split("::", 1)[0]
     if module in SHARED_SCOPES:
         return SHARED_SCOPES[module]
+    if module in SERIAL_MODULES:
+        return module
     if module.startswith(MODULE_SCOPED_DIRS) and shares_fixtures(root, module):
         return module
     return nodeid

@@ -112,9 +112,9 @@ def test_heavy_entries_name_existing_tests() -> None:
         for node in tree.body
         if isinstance(node, (ast.Assign, ast.AnnAssign))
         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-        if isinstance(t, ast.Name) and t.id in ("HEAVY", "SHARED_SCOPES")
+        if isinstance(t, ast.Name) and t.id in ("HEAVY", "SHARED_SCOPES", "SERIAL_MODULES")
     }
-    entries = [*values["HEAVY"], *values["SHARED_SCOPES"]]
+    entries = [*values["HEAVY"], *values["SHARED_SCOPES"], *values["SERIAL_MODULES"]]
     stale: list[str] = []
     for entry in entries:
         module, _, test = entry.partition("::")
@@ -135,6 +135,8 @@ def test_xdist_units_keep_a_sharing_module_together_and_share_the_secured_broker
     assert {scope_of(f"{chaos}::test_chaos_outcome[{o}]") for o in ("a", "b")} == {chaos}
     clients = "tests/integration/test_broker_clients.py"  # its own module broker
     assert scope_of(f"{clients}::test_a") == scope_of(f"{clients}::test_b") == clients
+    restart = "tests/integration/test_router_broker_restart.py"  # SERIAL_MODULES
+    assert scope_of(f"{restart}::test_a[x]") == scope_of(f"{restart}::test_a[y]") == restart
     recovery = "tests/integration/test_worker_recovery.py"  # function fixtures only
     assert scope_of(f"{recovery}::test_x") == f"{recovery}::test_x"
     assert scope_of(f"{recovery}::test_x") != scope_of(f"{recovery}::test_y")

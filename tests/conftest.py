@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -59,7 +60,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Also declared in pyproject; repeated so a run with another ini still knows them.
     config.addinivalue_line("markers", "integration: needs a real Kafka broker")
     config.addinivalue_line("markers", "docker: runs against deploy/docker-compose.yml (--docker)")
-    if _is_xdist_controller(config) and SHARED_DIR_ENV not in os.environ:
+    global _CONTROLLER
+    _CONTROLLER = _is_xdist_controller(config)
+    if _CONTROLLER and SHARED_DIR_ENV not in os.environ:
         # set before the xdist workers start, so they inherit it
         shared = tempfile.mkdtemp(prefix="trajectory-tests-")
         os.environ[SHARED_DIR_ENV] = shared
@@ -150,6 +153,22 @@ def trajdata_dir() -> Path:
     if not path.is_dir():
         pytest.skip(f"real trajectories not available at {path} (set TRAJDATA_DIR)")
     return path.resolve()
+
+
+TIMELINE_ENV = "TRAJECTORY_TEST_TIMELINE"
+_CONTROLLER = False  # set by pytest_configure in the xdist controller
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple[str, int | None, str]) -> None:
+    """With ``$TRAJECTORY_TEST_TIMELINE`` set to a file: append ``<end epoch s> <xdist
+    worker> <node id>`` when a test (setup, call, teardown) ends, so a run shows
+    which unit ended last and what each xdist worker did (docs/testing.md).  The
+    durations report cannot tell: it has no clock time and no worker."""
+    path = os.environ.get(TIMELINE_ENV)
+    if path and not _CONTROLLER:  # the controller sees every test again: not twice
+        worker = os.environ.get("PYTEST_XDIST_WORKER", "-")
+        with open(path, "a", encoding="utf-8") as f:  # one short line: atomic append
+            f.write(f"{time.time():.3f} {worker} {nodeid}\n")
 
 
 def pytest_report_header(config: pytest.Config) -> str:

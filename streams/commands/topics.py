@@ -28,6 +28,17 @@ import json
 import sys
 import time
 from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from streams.settings import Settings
+
+#: Bounds the wait for a broker that accepts connections but answers slowly; a
+#: bootstrap that refuses every connection fails at once (:func:`require_reachable`).
+REACH_TIMEOUT_S = 30.0
+#: One metadata request of the probe: librdkafka reports "all brokers down" through
+#: ``error_cb``, served only between requests, so they are kept short.
+_PROBE_SLICE_S = 0.5
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,6 +75,54 @@ def _iso(ms: int | None) -> str:
     return "-" if ms is None else ms_to_iso(ms)
 
 
+def require_reachable(settings: Settings, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
+    """Return once the cluster at ``settings.bootstrap`` answers a metadata request.
+
+    Why: ``list_topics(timeout=30)`` on a dead bootstrap (connection refused) sat out
+    its whole timeout, ~32 s, before the command exited 4.  librdkafka knows within
+    a second that every bootstrap broker is down (``_ALL_BROKERS_DOWN`` through
+    ``error_cb``), so short requests in a loop fail as soon as it says so, while a
+    broker that accepts connections but is slow still gets ``timeout_s``.
+
+    Raises :class:`~streams.errors.BrokerError` (exit 4) naming ``--bootstrap`` /
+    ``KAFKA_BOOTSTRAP``; a refused login or TLS handshake raises the
+    :class:`~streams.security.SecurityError` that names the security setting.
+    """
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    from streams.errors import BrokerError
+    from streams.security import client_config, raise_if_security_error
+
+    down: list[str] = []
+
+    def on_error(err: Any) -> None:
+        if err.code() == KafkaError._ALL_BROKERS_DOWN:
+            down.append(err.str())
+        raise_if_security_error(err, settings.security)
+
+    conf: dict[str, Any] = {"bootstrap.servers": settings.bootstrap}
+    conf.update(client_config(settings.security))
+    conf["error_cb"] = on_error
+    admin = AdminClient(conf)
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin.list_topics(timeout=_PROBE_SLICE_S)
+            return
+        except KafkaException as exc:
+            last = exc
+        admin.poll(0)  # serves error_cb: fills ``down`` or raises a SecurityError
+        if down or time.monotonic() >= deadline:
+            why = f"every bootstrap broker is down ({down[0]})" if down else f"{last}"
+            raise BrokerError.from_kafka(
+                f"cannot reach Kafka at {settings.bootstrap!r} (--bootstrap / KAFKA_BOOTSTRAP): "
+                f"{why}: is the broker running (`trajectory broker start`)?",
+                last,
+                retriable=True,  # a broker that starts later answers the same call
+            )
+
+
 def run(args: argparse.Namespace) -> int:
     from pathlib import Path
 
@@ -74,6 +133,7 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
     out = sys.stdout
     if args.action == "list":
+        require_reachable(settings)
         topics = list_session_topics(settings, args.sessions)
         if args.json:
             for t in topics:
@@ -97,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
             "--yes", "gc deletes topics: add --yes to do it, or --dry-run to see the plan first"
         )
     idle_ms = parse_duration(args.idle_for) if args.idle_for else None
+    require_reachable(settings)
     report = gc(
         settings,
         now_ms=time.time_ns() // 1_000_000,

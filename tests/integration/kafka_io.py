@@ -72,6 +72,73 @@ class SessionStreamPublisher(threading.Thread):
         self.done.set()
 
 
+class SteadyEventProducer(threading.Thread):
+    """Produces ``events`` into ``<prefix>.events`` in chunks of ``chunk``, one chunk
+    every ``pause_s``, through ONE idempotent producer (murmur2, like :func:`produce`),
+    so a worker has input arriving all along while a test joins, stops or starves it.
+
+    Why one producer: a new producer per chunk (:func:`produce`) spends ~0.5 s in its
+    idempotence handshake, which set the pace and stretched 150 chunks over ~80 s.
+
+    :meth:`hurry` sends whatever is left at once (the part of the test that needed a
+    steady stream is over); :meth:`result` joins, raises what the thread raised, and
+    checks every record was acknowledged.  ``chunks_sent`` counts chunks handed to
+    the producer so far: a test can check the stream was still flowing at a moment.
+    """
+
+    def __init__(
+        self, settings: Settings, events: list[TraceEvent], chunk: int, pause_s: float
+    ) -> None:
+        super().__init__(daemon=True)
+        self.settings = settings
+        self.chunks = [events[i : i + chunk] for i in range(0, len(events), chunk)]
+        self.pause_s = pause_s
+        self.chunks_sent = 0
+        self._hurry = threading.Event()
+        self._error: BaseException | None = None
+        self._undelivered = -1
+
+    def hurry(self) -> None:
+        self._hurry.set()
+
+    def run(self) -> None:
+        from confluent_kafka import Producer
+
+        from streams.serde import EventSerde
+
+        try:
+            serde = EventSerde()
+            producer = Producer(
+                {
+                    "bootstrap.servers": self.settings.bootstrap,
+                    "enable.idempotence": True,
+                    "partitioner": "murmur2_random",
+                }
+            )
+            for part in self.chunks:
+                for ev in part:
+                    producer.produce(
+                        self.settings.events_topic,
+                        key=ev.session_id.encode(),
+                        value=serde.encode(ev),
+                    )
+                self.chunks_sent += 1
+                producer.poll(0)
+                if not self._hurry.is_set():
+                    producer.flush(30)  # delivered now, not in one burst at the end
+                    self._hurry.wait(self.pause_s)
+            self._undelivered = producer.flush(30)
+        except BaseException as exc:  # re-raised by result(), in the test's thread
+            self._error = exc
+
+    def result(self, timeout_s: float = 300.0) -> None:
+        self.join(timeout_s)
+        assert not self.is_alive(), f"still producing after {timeout_s} s"
+        if self._error is not None:
+            raise self._error
+        assert self._undelivered == 0, f"{self._undelivered} events not acknowledged"
+
+
 def produce(
     settings: Settings, events: list[TraceEvent], extra: list[tuple[bytes, bytes]] = ()
 ) -> None:  # type: ignore[assignment]

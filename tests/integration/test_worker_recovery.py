@@ -11,14 +11,13 @@ point is "not the 60 s of the dead member's session timeout"), never tightly.
 from __future__ import annotations
 
 import signal
-import threading
 import time
 import urllib.error
 from pathlib import Path
 from typing import Any
 
 import pytest
-from kafka_io import produce, read_dlq
+from kafka_io import SteadyEventProducer, produce, read_dlq
 from procs import WorkerProc
 from workloads import check_tables, expected_of, make_session, state_any, wait_all
 
@@ -48,19 +47,6 @@ def _ended_sessions(prefix: str, n_sessions: int, n_events: int) -> list[TraceEv
     return out
 
 
-def _produce_steadily(
-    settings: Settings, events: list[TraceEvent], chunk: int, pause_s: float
-) -> threading.Thread:
-    def run() -> None:
-        for i in range(0, len(events), chunk):
-            produce(settings, events[i : i + chunk])
-            time.sleep(pause_s)
-
-    t = threading.Thread(target=run, daemon=True)
-    t.start()
-    return t
-
-
 @pytest.mark.timeout(420)
 def test_sessions_never_go_backwards_under_eviction_pressure(
     settings: Settings, tmp_path: Path
@@ -75,8 +61,13 @@ def test_sessions_never_go_backwards_under_eviction_pressure(
         extra=("--max-sessions-in-memory", "2", "--commit-interval", "0.2"),
     )
     try:
-        t = _produce_steadily(settings, events, chunk=40, pause_s=0.15)
-        t.join(300)
+        deadline = time.monotonic() + 120
+        while not _stats(w) and time.monotonic() < deadline:  # up: the stream is live input
+            assert w.proc.poll() is None, w.log_tail()
+            time.sleep(0.1)
+        stream = SteadyEventProducer(settings, events, chunk=40, pause_s=0.15)
+        stream.start()
+        stream.result(300)
         exp = expected_of(events)
         w.wait_state(exp, timeout_s=150)
         time.sleep(1.0)  # one more commit: the HTTP view reads the tables
@@ -139,12 +130,16 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
     handled again after the seek (``/stats`` duplicates).  Clean joins and leaves
     (every offset committed at the revoke) must give no duplicate at all."""
     sids = [f"d{i}" for i in range(12)]
-    events = [e for s in sids for e in make_session(s, 150)]
+    # up to 400 chunks of 12 every 0.25 s (>= 100 s) keep the stream flowing through
+    # both joins and leaves; the rest is sent at once after them (the trickle after the
+    # last leave, when only worker a runs, took ~60 s and tested no rebalance)
+    events = [e for s in sids for e in make_session(s, 400)]
     events.sort(key=lambda e: (e.seq, e.session_id))
     a = WorkerProc(settings, tmp_path / "a")
     duplicates = 0
+    stream = SteadyEventProducer(settings, events, chunk=12, pause_s=0.25)
     try:
-        t = _produce_steadily(settings, events, chunk=12, pause_s=0.05)
+        stream.start()
         for cycle in range(2):
             b = WorkerProc(settings, tmp_path / f"b{cycle}")
             try:
@@ -157,7 +152,10 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
                 duplicates += int(_stats(b).get("duplicates", 0))
                 assert b.stop() == 0, b.log_tail()
             time.sleep(2.0)
-        t.join(300)
+        sent, total = stream.chunks_sent, len(stream.chunks)
+        stream.hurry()
+        stream.result(300)
+        assert sent < total, "the stream ended before the last leave: not under load"
         exp = expected_of(events)
         wait_all([a], exp, 150)
         for sid, d in exp.items():
@@ -165,9 +163,13 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
             assert body is not None and body["state"]["events"] == d["events"], sid
         stats_a = _stats(a)
         duplicates += int(stats_a["duplicates"])
-        print(f"two joins + leaves under load: applied={stats_a['applied']} dups={duplicates}")
+        print(
+            f"two joins + leaves under load ({sent} of {total} chunks sent by then): "
+            f"applied={stats_a['applied']} dups={duplicates}"
+        )
         assert duplicates == 0, a.log_tail()
     finally:
+        stream.hurry()
         assert a.stop() == 0, a.log_tail()
 
 

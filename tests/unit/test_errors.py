@@ -175,6 +175,18 @@ def test_cli_exits_with_the_io_code_when_kafka_is_unreachable() -> None:
     assert "Traceback" not in run.stderr
 
 
+@pytest.mark.parametrize("action", [("list",), ("gc", "--dry-run")])
+def test_topics_fails_within_seconds_when_kafka_is_unreachable(action: tuple[str, ...]) -> None:
+    """``topics list`` on a dead bootstrap sat out its 30 s metadata timeout (~32 s)
+    before exiting 4; it now stops when librdkafka reports every broker down.  The
+    subprocess timeout only bounds the failure (generous for a loaded machine): the
+    old code cannot meet it, the new one needs ~1 s."""
+    run = trajectory("topics", *action, "--bootstrap", DEAD, "--prefix", "nowhere", timeout=20)
+    assert run.returncode == EXIT_IO == 4, run.stderr[-2000:]
+    assert "cannot reach Kafka at '127.0.0.1:1' (--bootstrap / KAFKA_BOOTSTRAP)" in run.stderr
+    assert "Traceback" not in run.stderr
+
+
 def test_cli_exits_2_for_a_usage_error(tmp_path: Path) -> None:
     bad = tmp_path / "run.txt"
     bad.write_text("garbage{\n", encoding="utf-8")

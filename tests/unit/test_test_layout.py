@@ -14,6 +14,8 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 TESTS = Path(__file__).resolve().parents[1]
 
 
@@ -110,9 +112,9 @@ def test_heavy_entries_name_existing_tests() -> None:
         for node in tree.body
         if isinstance(node, (ast.Assign, ast.AnnAssign))
         for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
-        if isinstance(t, ast.Name) and t.id in ("HEAVY", "SHARED_SCOPES")
+        if isinstance(t, ast.Name) and t.id in ("HEAVY", "SHARED_SCOPES", "SERIAL_MODULES")
     }
-    entries = [*values["HEAVY"], *values["SHARED_SCOPES"]]
+    entries = [*values["HEAVY"], *values["SHARED_SCOPES"], *values["SERIAL_MODULES"]]
     stale: list[str] = []
     for entry in entries:
         module, _, test = entry.partition("::")
@@ -122,16 +124,22 @@ def test_heavy_entries_name_existing_tests() -> None:
     assert entries and stale == [], f"update tests/xdist_scopes.py: {stale}"
 
 
-def test_xdist_units_keep_a_module_together_and_share_the_secured_broker() -> None:
-    """The work units of ``make test`` (tests/xdist_scopes.py): an integration module
-    is one unit (its module-scoped fixtures run once), the secured-broker modules are
-    one unit, a unit test is its own unit, heavy units are recognised."""
-    from xdist_scopes import is_heavy, scope_of
+def test_xdist_units_keep_a_sharing_module_together_and_share_the_secured_broker() -> None:
+    """The work units of ``make test`` (tests/xdist_scopes.py): a module with a
+    module-scoped fixture is one unit (the fixture runs once), a module without is
+    split per test, the secured-broker modules are one unit, a unit test is its own
+    unit, heavy units are recognised and ranked in HEAVY's order."""
+    from xdist_scopes import HEAVY, heavy_rank, is_heavy, scope_of
 
-    chaos = "tests/chaos/test_chaos_faults.py"
+    chaos = "tests/chaos/test_chaos_faults.py"  # the module-scoped chaos run
     assert {scope_of(f"{chaos}::test_chaos_outcome[{o}]") for o in ("a", "b")} == {chaos}
-    worker = "tests/integration/test_worker.py"
-    assert scope_of(f"{worker}::test_x") == scope_of(f"{worker}::test_y") == worker
+    clients = "tests/integration/test_broker_clients.py"  # its own module broker
+    assert scope_of(f"{clients}::test_a") == scope_of(f"{clients}::test_b") == clients
+    restart = "tests/integration/test_router_broker_restart.py"  # SERIAL_MODULES
+    assert scope_of(f"{restart}::test_a[x]") == scope_of(f"{restart}::test_a[y]") == restart
+    recovery = "tests/integration/test_worker_recovery.py"  # function fixtures only
+    assert scope_of(f"{recovery}::test_x") == f"{recovery}::test_x"
+    assert scope_of(f"{recovery}::test_x") != scope_of(f"{recovery}::test_y")
     secure = {
         scope_of("tests/integration/test_secure_cluster.py::test_a"),
         scope_of("tests/integration/test_secure_replay_jobs.py::test_b"),
@@ -141,7 +149,61 @@ def test_xdist_units_keep_a_module_together_and_share_the_secured_broker() -> No
     assert scope_of(unit) == unit
     assert scope_of("tests/unit/test_topics.py::test_one@grp") == "grp"
     assert is_heavy(f"{chaos}::test_chaos_outcome[x]") and not is_heavy(unit)
+    assert heavy_rank(f"{HEAVY[0]}_and_more") == 0 and heavy_rank(unit) == len(HEAVY)
 
+
+_FIXTURE_SOURCES = {
+    "module_fixture": ('@pytest.fixture(scope="module")\ndef f(): ...\n', True),
+    "class_fixture": ('@pytest.fixture(scope="class")\ndef f(): ...\n', True),
+    "session_in_module": ('@pytest.fixture(scope="session")\ndef f(): ...\n', True),
+    "callable_scope": ("@pytest.fixture(scope=pick)\ndef f(): ...\n", True),
+    "module_param": ('@pytest.mark.parametrize("x", [1], scope="module")\n', True),
+    "unparsable": ("def (:\n", True),
+    "function_fixtures": (
+        '@pytest.fixture\ndef f(): ...\n@pytest.fixture(scope="function")\ndef g(): ...\n',
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(_FIXTURE_SOURCES))
+def test_a_module_is_one_unit_exactly_when_its_source_may_share_a_fixture(
+    tmp_path: Path, case: str
+) -> None:
+    """Derived from the source, not a hand-kept list: a module defining a fixture of
+    any scope but ``function`` (or whose scope cannot be read) stays one unit."""
+    from xdist_scopes import scope_of, shares_fixtures
+
+    source, shared = _FIXTURE_SOURCES[case]
+    module = f"tests/integration/test_{case}.py"
+    (tmp_path / "tests" / "integration").mkdir(parents=True)
+    (tmp_path / module).write_text("import pytest\n" + source)
+    assert shares_fixtures(tmp_path, module) is shared
+    assert scope_of(f"{module}::test_a", tmp_path) == (module if shared else f"{module}::test_a")
+
+
+@pytest.mark.parametrize(("scope", "shared"), [("module", True), ("session", False)])
+def test_a_conftest_fixture_shared_by_module_keeps_its_modules_whole(
+    tmp_path: Path, scope: str, shared: bool
+) -> None:
+    """A module-scoped fixture in a conftest.py above the module is set up once per
+    module: keep it whole.  A session one runs once per xdist worker either way
+    (the expensive ones are grouped by SHARED_SCOPES)."""
+    from xdist_scopes import shares_fixtures
+
+    where = tmp_path / "tests" / "integration"
+    where.mkdir(parents=True)
+    (where / "conftest.py").write_text(
+        f'import pytest\n@pytest.fixture(scope="{scope}")\ndef broker(): ...\n'
+    )
+    (where / "test_m.py").write_text("def test_a(broker): ...\n")
+    assert shares_fixtures(tmp_path, "tests/integration/test_m.py") is shared
+
+
+#: The sub-suites run pytest-xdist alone: three interpreters (controller and two xdist
+#: workers) that also loaded hypothesis, docker, anyio... took ~20 s each under load.
+_SUB_PYTEST = ("-q", "-p", "xdist", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup")
+_SUB_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 _SCHEDULED_CONFTEST = """
 import sys
@@ -197,9 +259,9 @@ def _setups_under_xdist(tmp_path: Path, conftest: str) -> list[str]:
     setups = tmp_path / "setups.txt"
     setups.touch()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-n", "2", "--dist", "loadgroup", "tests"],
+        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
         cwd=tmp_path,
-        env={**os.environ, "SETUPS_FILE": str(setups)},
+        env={**os.environ, **_SUB_ENV, "SETUPS_FILE": str(setups)},
         capture_output=True,
         text=True,
         timeout=120,
@@ -220,3 +282,114 @@ def test_xdist_group_marks_alone_split_a_module(tmp_path: Path) -> None:
     marks do not keep a module on one worker, so its module fixture runs in both.
     If this starts failing, xdist_group works again and the scheduler can go."""
     assert sorted(set(_setups_under_xdist(tmp_path, _GROUPED_CONFTEST))) == ["gw0", "gw1"]
+
+
+_HEAVY_CONFTEST = """
+import sys
+sys.path.insert(0, {tests!r})
+import xdist_scopes
+from xdist_scopes import make_scheduler
+
+xdist_scopes.HEAVY = tuple(f"tests/integration/test_h.py::test_h{{i}}" for i in (1, 2, 3))
+
+def pytest_xdist_make_scheduler(config, log):
+    return make_scheduler(config, log)
+"""
+
+_HEAVY_MODULE = """
+import os
+import time
+from pathlib import Path
+
+MARKS = Path(os.environ["MARKS_DIR"])
+
+
+def test_h1():
+    # long until h3 has started: h3 must not wait behind it on the same xdist worker
+    deadline = time.monotonic() + 30
+    while not (MARKS / "h3").exists():
+        assert time.monotonic() < deadline, "h3 was queued behind h1"
+        time.sleep(0.05)
+
+
+def test_h2():
+    pass
+
+
+def test_h3():
+    (MARKS / "h3").touch()
+"""
+
+
+def test_a_heavy_unit_is_not_queued_behind_a_running_heavy_test(tmp_path: Path) -> None:
+    """xdist gives a worker its next unit while it runs one (it starts a test only
+    once it holds the next); with heavy units first, the third heavy test was queued
+    behind the first on the same worker although the second's worker was free.  Here
+    h1 runs until h3 has started: it fails (after its 30 s bound) if h3 waits behind
+    it, so this passes only when h3 goes to the worker that finished h2."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(_HEAVY_CONFTEST.format(tests=str(TESTS)))
+    (tmp_path / "tests" / "integration").mkdir(parents=True)
+    (tmp_path / "tests" / "unit").mkdir()
+    (tmp_path / "tests" / "integration" / "test_h.py").write_text(_HEAVY_MODULE)
+    (tmp_path / "tests" / "unit" / "test_quick.py").write_text(
+        "\n".join(f"def test_{i}():\n    pass\n" for i in range(6))
+    )
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
+        cwd=tmp_path,
+        env={**os.environ, **_SUB_ENV, "MARKS_DIR": str(marks)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 0 and "9 passed" in proc.stdout, proc.stdout + proc.stderr
+
+
+_CRASHING_MODULE = """
+import os
+import time
+
+
+def test_0():
+    time.sleep(0.5)
+
+
+def test_crash():
+    os._exit(3)  # what a native crash in a client library does to the xdist worker
+
+
+""" + "\n".join(f"def test_{i}():\n    time.sleep(0.2)\n" for i in range(1, 8))
+
+
+def test_a_crashed_worker_is_replaced_and_the_run_still_ends(tmp_path: Path) -> None:
+    """A test that takes its xdist worker down (seen: librdkafka aborting in a garbage
+    collection) hung the whole run: the replacement worker got one single-test unit
+    and waited for a next test that never came, so pytest never ended.  Now the run
+    ends, the crashed test is reported once (not run again on the next worker) and
+    every other test runs.  The subprocess timeout only bounds the hang."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(_SCHEDULED_CONFTEST.format(tests=str(TESTS)))
+    (tmp_path / "tests" / "unit").mkdir(parents=True)
+    (tmp_path / "tests" / "unit" / "test_crashing.py").write_text(_CRASHING_MODULE)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
+        cwd=tmp_path,
+        env={**os.environ, **_SUB_ENV},
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+    out = proc.stdout + proc.stderr
+    assert "1 failed, 8 passed" in proc.stdout, out
+    assert out.count("crashed while running 'tests/unit/test_crashing.py::test_crash'") == 1, out

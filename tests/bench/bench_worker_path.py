@@ -103,18 +103,17 @@ def cpu_us(fn: Callable[[], Any], n: int) -> float:
     return 1e6 * (time.process_time() - t0) / n
 
 
-def run_handler(recs: list[Rec], batch: int, commit_every: int) -> tuple[float, float, int]:
-    """(handler us/event, flush us/event, outputs) over ``recs``."""
+def make_handler(
+    processor: EventProcessor, cfg: EngineConfig, sent: list[Any] | None
+) -> EventBatchHandler:
+    """The worker's batch handler with an in-memory send (kept in ``sent`` if given)."""
     settings = Settings()
-    tables: dict[str, dict[bytes, bytes]] = {k: {} for k in ("s", "b", "m", "e")}
-    cfg = EngineConfig()
-    processor = EventProcessor(tables["s"], tables["b"], tables["m"], tables["e"], cfg)
-    sent: list[Any] = []
 
     async def send(topic: str, key: bytes | None, value: bytes, headers: Any) -> None:
-        sent.append((topic, key, value, headers))
+        if sent is not None:
+            sent.append((topic, key, value, headers))
 
-    handler = EventBatchHandler(
+    return EventBatchHandler(
         topic=settings.events_topic,
         processor=processor,
         decoder=EventSerde().decode,
@@ -124,6 +123,15 @@ def run_handler(recs: list[Rec], batch: int, commit_every: int) -> tuple[float, 
         encoder=OutputEncoder(settings, cfg),
         metrics=WorkerMetrics(),
     )
+
+
+def run_handler(recs: list[Rec], batch: int, commit_every: int) -> tuple[float, float, int]:
+    """(handler us/event, flush us/event, outputs) over ``recs``."""
+    tables: dict[str, dict[bytes, bytes]] = {k: {} for k in ("s", "b", "m", "e")}
+    cfg = EngineConfig()
+    processor = EventProcessor(tables["s"], tables["b"], tables["m"], tables["e"], cfg)
+    sent: list[Any] = []
+    handler = make_handler(processor, cfg, sent)
     loop = asyncio.new_event_loop()
     handle_s = flush_s = 0.0
     since = 0
@@ -159,23 +167,9 @@ def flush_stages(recs: list[Rec], batch: int, commit_every: int) -> dict[str, fl
     from streams.core.engine import SessionState
     from streams.core.statecodec import encode_state
 
-    settings = Settings()
     cfg = EngineConfig()
     processor = EventProcessor({}, {}, {}, {}, cfg)
-
-    async def send(topic: str, key: bytes | None, value: bytes, headers: Any) -> None:
-        return None
-
-    handler = EventBatchHandler(
-        topic=settings.events_topic,
-        processor=processor,
-        decoder=EventSerde().decode,
-        send=send,
-        output_topics=worker_output_topics(settings),
-        dlq_topic=settings.dlq_topic,
-        encoder=OutputEncoder(settings, cfg),
-        metrics=WorkerMetrics(),
-    )
+    handler = make_handler(processor, cfg, None)
     loop = asyncio.new_event_loop()
     cost = dict.fromkeys(("take", "snapshot", "encode", "compress", "small"), 0.0)
     sessions = 0

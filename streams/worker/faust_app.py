@@ -415,8 +415,12 @@ class _DeliveringProducer(_aiokafka_driver.Producer):
         crashed or stopped with messages left (they would never be sent).
         """
         while True:
+            # a future may be done before its done-callback ran (callbacks are
+            # scheduled): settle those here, or a failed write would pass as sent
+            for fut in [f for f in self._queued if f.done()]:
+                self._on_queued_done(fut)
             self._raise_failed()
-            pending = [f for f in self._queued if not f.done()]
+            pending = list(self._queued)
             if not pending:
                 return
             buffer = self.buffer

@@ -38,7 +38,7 @@ from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
 
 from streams.core.events import TraceEvent
-from streams.errors import BrokerError, ConfigError, FlushError
+from streams.errors import BrokerError, ConfigError, DeliveryError, FlushError
 from streams.settings import Settings
 from streams.topics import changelog_topic as _changelog_topic
 from streams.topics import uncovered_partitions, worker_app_id, worker_output_topics
@@ -279,7 +279,9 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         so the outputs of those events are in Kafka before the state that says
         "done"; (4) the state goes to the local stores and is queued to the
         changelogs, in chunks too; (5) ``_commit_offsets`` flushes the producer
-        again (changelogs delivered) and only then commits the offsets.  Faust runs
+        again (changelogs delivered: every queued write acknowledged,
+        ``_DeliveringProducer``; Faust's own buffer flush may return early) and
+        only then commits the offsets.  Faust runs
         one commit at a time; ``StateFlusher.lock`` also keeps the revoke flush out.
         Until step (4) wrote a value it is in flight (``EventProcessor.written``), and
         sessions are evicted only after step (4): an event meanwhile never reads
@@ -311,9 +313,10 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             if pending:
                 try:
                     await flusher.write_pending(pending, self.app.producer.flush)
-                except FlushError as exc:
-                    # a bug, not bad input (that is dead-lettered when applied): stop
-                    # without committing; every other value is written already
+                except (FlushError, DeliveryError) as exc:
+                    # a bug, not bad input (that is dead-lettered when applied), or
+                    # outputs/changelog writes Kafka did not take: stop without
+                    # committing; every other value is written (or dirty) already
                     log.critical("%s; stopping the worker", exc)
                     await self.crash(exc)
                     return False
@@ -327,17 +330,129 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             return False
         try:
             await self._handle_attached(commit_offsets)
-        except ProducerSendError as exc:
+            # (5) Faust flushes the producer first: ``_DeliveringProducer.flush``
+            # waits until every changelog write queued in (4) is acknowledged
+            did: bool = await self._commit_offsets(
+                commit_offsets, start_new_transaction=start_new_transaction
+            )
+        except (ProducerSendError, DeliveryError) as exc:
+            log.critical("%s; stopping the worker without committing offsets", exc)
             await self.crash(exc)
             return False
-        did: bool = await self._commit_offsets(
-            commit_offsets, start_new_transaction=start_new_transaction
-        )
         return did
+
+
+class _DeliveringProducer(_aiokafka_driver.Producer):
+    """Faust's aiokafka producer whose ``flush`` really waits for the changelog writes.
+
+    Why: table changelog writes (``Table.send_changelog`` -> ``Topic.send_soon`` ->
+    ``Producer.send_soon``) go through Faust's ``ProducerBuffer``, a queue drained by
+    its ``_handle_pending`` task.  ``ProducerBuffer.flush`` (faust 0.15.3,
+    faust/transport/producer.py:78-94) returns as soon as one 0.1 s wait passes
+    with no message sent (a send waiting for batch space, a loaded CPU), and when
+    the queue is empty while ``_handle_pending`` still holds the last message it
+    took; the aiokafka flush that follows (drivers/aiokafka.py:1487-1493) cannot
+    see messages not yet handed to aiokafka.  ``Consumer._commit_offsets``
+    (transport/consumer.py:1073-1074) then committed offsets whose changelog
+    writes were still queued: a crash, or the stop closing the aiokafka producer
+    before the buffer (``Producer.on_stop`` runs before its child buffer stops:
+    mode/services.py:939-940; "ProducerBuffer: Crashed ... ProducerClosed"), lost
+    them, and a worker recovering those partitions from the changelog read state
+    older than the committed offsets (docs/faust-notes.md "Shutdown").
+
+    Invariant: when :meth:`flush` returns, every message given to ``send_soon``
+    before the call was acknowledged by Kafka; otherwise it raises
+    :class:`DeliveryError` (and keeps raising: a failed changelog write must never
+    be followed by an offset commit).  :meth:`on_stop` does the same before the
+    aiokafka producer closes, so nothing is left in the buffer to fail.
+    """
+
+    #: How often :meth:`deliver_queued` looks at the buffer while it waits.
+    POLL_S = 0.1
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        #: ``send_soon`` messages not yet acknowledged (FutureMessage, an asyncio.Future)
+        self._queued: set[asyncio.Future[Any]] = set()
+        #: the first ``send_soon`` message that failed, and why (sticky)
+        self._failed: tuple[Any, BaseException] | None = None
+
+    def send_soon(self, fut: Any) -> None:
+        self._queued.add(fut)
+        fut.add_done_callback(self._on_queued_done)
+        super().send_soon(fut)
+
+    def _on_queued_done(self, fut: Any) -> None:
+        self._queued.discard(fut)
+        if self._failed is None:
+            if fut.cancelled():
+                self._failed = (fut, asyncio.CancelledError("the send was cancelled"))
+            elif fut.exception() is not None:
+                self._failed = (fut, fut.exception())
+
+    @property
+    def queued(self) -> int:
+        """``send_soon`` messages not yet acknowledged (tests, diagnostics)."""
+        return len(self._queued)
+
+    def _raise_failed(self) -> None:
+        if self._failed is None:
+            return
+        fut, exc = self._failed
+        msg = fut.message
+        topic = msg.channel.get_topic_name() if msg.channel is not None else None
+        raise DeliveryError(
+            f"a changelog write to {topic}[{msg.partition}] was not delivered: {exc!r}; "
+            "no offset is committed after it (the events are re-applied after a restart)",
+            topic=topic,
+            partition=msg.partition,
+        ) from exc
+
+    async def deliver_queued(self) -> None:
+        """Wait until every ``send_soon`` message queued so far is acknowledged.
+
+        Raises :class:`DeliveryError` if one failed, or if the buffer that sends them
+        crashed or stopped with messages left (they would never be sent).
+        """
+        while True:
+            # a future may be done before its done-callback ran (callbacks are
+            # scheduled): settle those here, or a failed write would pass as sent
+            for fut in [f for f in self._queued if f.done()]:
+                self._on_queued_done(fut)
+            self._raise_failed()
+            pending = list(self._queued)
+            if not pending:
+                return
+            buffer = self.buffer
+            if buffer.state != "running":
+                reason = buffer.crash_reason if buffer.crashed else None
+                raise DeliveryError(
+                    f"{len(pending)} changelog write(s) still queued in Faust's producer "
+                    f"buffer, which is {buffer.state}"
+                    + (f" ({reason!r})" if reason is not None else "")
+                    + ": they will not be sent; no offset is committed after them "
+                    "(the events are re-applied after a restart)"
+                ) from reason
+            await asyncio.wait(pending, timeout=self.POLL_S)
+
+    async def flush(self) -> None:
+        await self.deliver_queued()
+        await super().flush()
+
+    async def on_stop(self) -> None:
+        try:
+            await self.deliver_queued()  # before the aiokafka producer closes
+        except DeliveryError as exc:
+            # mode only logs an error raised by a child's stop: crash so the exit
+            # code says the stop lost queued writes (not covered by any commit)
+            log.critical("%s", exc)
+            await self.crash(exc)
+        await super().on_stop()
 
 
 class _ReadCommittedTransport(_aiokafka_driver.Transport):
     Consumer = _ReadCommittedConsumer
+    Producer = _DeliveringProducer
 
 
 class StateFlusher:

@@ -123,7 +123,11 @@ class WorkerProc:
         store: str = "rocksdb",
         extra: tuple[str, ...] = (),
         port: int | None = None,
+        pythonpath: tuple[Path, ...] = (),
     ) -> None:
+        """``pythonpath``: directories put before the repo on the worker's PYTHONPATH,
+        for test-only code injected into it (e.g. a ``sitecustomize`` that slows a
+        Faust internal to make a race deterministic)."""
         from streams.topics import ensure_worker_topics
 
         # Create <prefix>.events (settings.events_partitions) before anything produces:
@@ -132,7 +136,7 @@ class WorkerProc:
         self.port = port or free_port()
         self.log_path = data_dir.parent / f"worker-{self.port}.log"
         self._log = self.log_path.open("wb")
-        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(map(str, (*pythonpath, REPO)))}
         self.proc = _track(
             subprocess.Popen(
                 [

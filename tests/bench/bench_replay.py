@@ -13,8 +13,12 @@ confluent-kafka producer, then measures three passes over the same topics with
 * ``fetch+decode``: ``EventSerde.decode`` of every value;
 * ``fetch+decode+core``: :func:`streams.replay.replay.replay_events` (the
   ``OfflineAnalyzer`` engines), i.e. ``trajectory replay``'s work minus output;
-* the same with :func:`streams.replay.parallel.replay_parallel` in 2 and
+* the same with :class:`streams.replay.parallel.ParallelReplay` in 2 and
   ``--jobs`` processes (``trajectory replay --jobs N``), process start-up included.
+
+The core passes run what ``trajectory replay`` runs by default: the live-ingest
+checks (``IngestCheck``) on every record and no ``analyze --json`` records
+(``--records`` builds them, as ``--output jsonl`` does).
 
 Each line also prints CPU seconds per event (this process plus its reaped
 children): on the shared machine wall-clock rates move with the load average
@@ -185,13 +189,19 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=100_000)
     parser.add_argument("--sessions", type=int, default=4)
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--records",
+        action="store_true",
+        help="also build the analyze --json records (what --output jsonl does)",
+    )
     parser.add_argument("--jobs", type=int, default=4, help="also run the replay in N processes")
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
     args = parser.parse_args()
 
-    from streams.replay.reader import TopicReader
+    from streams.replay.reader import IngestCheck, TopicReader
     from streams.replay.replay import replay_events
     from streams.serde import EventSerde
+    from streams.settings import Settings
 
     prefix = "bench" + uuid.uuid4().hex[:10]
     began = time.monotonic()
@@ -212,9 +222,13 @@ def main() -> None:
             n = sum(1 for _ in r)
             return n, r
 
+        # what ``trajectory replay`` (terminal output) runs: the live-ingest checks
+        # on every record, no ``analyze --json`` records (only --output jsonl)
+        check = IngestCheck(prefix, Settings().max_message_bytes)
+
         def fetch_decode_core() -> Any:
-            r = TopicReader(args.bootstrap, topics, EventSerde().decode)
-            result = replay_events(r)
+            r = TopicReader(args.bootstrap, topics, EventSerde().decode, check=check)
+            result = replay_events(r, keep_records=args.records)
             return result.events, result
 
         rows = []
@@ -236,13 +250,17 @@ def main() -> None:
                 det = sum(len(s.patterns) for s in extra.sessions.values())
                 ass = sum(len(s.assessments) for s in extra.sessions.values())
                 print(f"{'':<20} {det} pattern detections, {ass} assessments")
-        from streams.replay.parallel import replay_parallel, start_method
+        from streams.replay.parallel import ParallelReplay, start_method
 
         plan = TopicReader(args.bootstrap, topics, lambda b: b).plan()
         for jobs in sorted({2, args.jobs}):
             method = start_method()  # what trajectory replay --jobs picks here
             t, c = time.perf_counter(), _cpu_with_children()
-            merged, _ = replay_parallel(args.bootstrap, plan, jobs=jobs)
+            run = ParallelReplay(
+                args.bootstrap, plan, jobs=jobs, check=check, keep_records=args.records
+            )
+            run.start()
+            merged, _, _ = run.wait()
             dt, cpu = time.perf_counter() - t, _cpu_with_children() - c
             name = f"... {jobs} processes"
             print(

@@ -1,13 +1,28 @@
-"""``--jobs`` start method: fork only when no other thread runs (pure parts)."""
+"""``--jobs``: start method (fork only when no other thread runs), what travels between
+the processes, the replay loop's collector setting (pure parts)."""
 
 from __future__ import annotations
 
+import gc
+import pickle
 import threading
+from typing import Any
 
 import pytest
+from replay_sessions import T0, failing_session
 
+from streams.core.config import EngineConfig
 from streams.errors import ConfigError
-from streams.replay.parallel import ParallelReplay, single_threaded, start_method
+from streams.replay import parallel
+from streams.replay.parallel import (
+    ParallelReplay,
+    pack_sessions,
+    single_threaded,
+    start_method,
+    unpack_sessions,
+)
+from streams.replay.reader import PartitionRange
+from streams.replay.replay import REPLAY_GC_THRESHOLD0, replay_events
 
 
 def test_a_running_thread_means_spawn_and_fork_is_refused() -> None:
@@ -34,3 +49,70 @@ def test_an_empty_plan_starts_nothing_and_merges_nothing() -> None:
     run = ParallelReplay("127.0.0.1:1", [], jobs=2, start_method="spawn")
     result, stats, state = run.wait()
     assert (result.sessions, stats.records, state, run.processes) == ({}, 0, None, 0)
+
+
+def test_packed_sessions_unpack_to_equal_sessions() -> None:
+    """What a worker puts on the result queue (tuples) is the parent's sessions."""
+    evs = failing_session("s2", T0) + failing_session("s1", T0 + 50)
+    result = replay_events(evs)
+    assert all(s.patterns and s.assessments and s.records for s in result.sessions.values())
+    packed = pickle.loads(pickle.dumps(pack_sessions(result.sessions)))
+    assert unpack_sessions(packed) == result.sessions
+
+
+def test_a_replay_batches_young_collections_and_restores_the_threshold() -> None:
+    seen: list[tuple[int, ...]] = []
+    before = gc.get_threshold()
+
+    def hook() -> None:
+        seen.append(gc.get_threshold())
+
+    replay_events(failing_session("s", T0, n=2), on_event=hook)
+    assert seen and seen[0][0] >= REPLAY_GC_THRESHOLD0 and gc.isenabled()
+    assert gc.get_threshold() == before
+
+    def boom() -> None:
+        raise RuntimeError("progress hook failed")
+
+    with pytest.raises(RuntimeError, match="progress hook failed"):
+        replay_events(failing_session("s", T0, n=2), on_event=boom)
+    assert gc.get_threshold() == before
+
+
+def test_forked_workers_get_the_parent_config_and_spawned_ones_load_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Forked: the config is loaded once, here, and handed to every worker (no
+    pickling); spawned: each worker loads it from the path (the config object
+    need not be picklable)."""
+    started: list[tuple[Any, ...]] = []
+
+    class FakeProcess:
+        def __init__(self, target: Any, args: tuple[Any, ...], daemon: bool) -> None:
+            started.append(args)
+
+        def start(self) -> None:
+            pass
+
+    class FakeContext:
+        def Value(self, *_: Any) -> Any:
+            return None
+
+        def Queue(self) -> Any:
+            return None
+
+        Process = FakeProcess
+
+    monkeypatch.setattr(parallel.mp, "get_context", lambda method: FakeContext())
+    plan = [PartitionRange("t", p, 0, 10) for p in range(2)]
+    for method, config_given in (("fork", True), ("spawn", False)):
+        started.clear()
+        run = ParallelReplay("127.0.0.1:1", plan, jobs=2)
+        monkeypatch.setattr(parallel, "start_method", lambda requested, m=method: m)
+        run.start()
+        assert len(started) == 2
+        configs = [args[3] for args in started]
+        if config_given:
+            assert isinstance(configs[0], EngineConfig) and configs[0] is configs[1]
+        else:
+            assert configs == [None, None]

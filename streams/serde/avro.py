@@ -236,20 +236,7 @@ class AvroSerde(abc.ABC, Generic[T]):
 
     def decode(self, data: bytes) -> T:
         """Decode framed bytes (either framing) into a value."""
-        if (
-            type(data) is bytes
-            and data.startswith(self._header)
-            and (self.max_bytes is None or len(data) <= self.max_bytes)
-        ):
-            # fast path (every record a bundled-schema producer writes): the
-            # header is exactly ours, so _frame would find the current schema
-            # at offset 10 without resolution; every other case goes through it
-            return self._decode_body(data, self._reader, False, SINGLE_OBJECT_HEADER_LEN)
         writer, resolve, offset = self._frame(data)
-        return self._decode_body(data, writer, resolve, offset)
-
-    def _decode_body(self, data: bytes, writer: Any, resolve: bool, offset: int) -> T:
-        """The Avro body at ``offset``: exactly the rest of ``data``, or an error."""
         size = len(data)
         buf = io.BytesIO(data)
         buf.seek(offset)
@@ -271,11 +258,6 @@ class AvroSerde(abc.ABC, Generic[T]):
             )
         if not isinstance(record, dict):
             raise MalformedMessageError(f"{self.full_name}: body is not a record")
-        return self._from_decoded(record)
-
-    def _from_decoded(self, record: dict[str, Any]) -> T:
-        """:meth:`from_record` of a record fastavro read with the reader schema (so
-        every reader field is present); subclasses may map it faster."""
         return self.from_record(record)
 
     def _single_object_writer(self, data: bytes | bytearray | memoryview) -> tuple[Any, bool, int]:
@@ -492,51 +474,6 @@ class EventSerde(AvroSerde[TraceEvent]):
             metadata=record.get("metadata") or {},
             budget=budget,
         )
-
-    def _from_decoded(self, record: dict[str, Any]) -> TraceEvent:
-        """:meth:`from_record` for a record read with the reader schema, faster.
-
-        Why: it runs once per event on the worker and replay hot paths.  Every
-        reader field is present (fastavro fills what the writer lacked from the
-        reader's defaults), so fields are indexed, not ``.get``-ed, and the event
-        is built positionally.  The checks the schema does not guarantee stay:
-        the ``type`` symbol (a newer writer may add one) and the ``*_json`` texts
-        (:func:`_loads`).  Invariant: equal to ``from_record(record)`` for every
-        such record (tests/unit/serde/test_serde_fast_decode.py).
-        """
-        etype = record["type"]
-        if etype not in _EVENT_TYPE_SET:
-            return self.from_record(record)  # raises, naming the unknown type
-        name = self.full_name
-        text_in = record["input_json"]
-        text_out = record["output_json"]
-        b = record["budget"]
-        return TraceEvent(
-            etype,
-            record["session_id"],
-            record["seq"],
-            record["timestamp_ms"],
-            record["agent_id"],
-            record["parent_session_id"],
-            record["call_id"],
-            record["tool_name"],
-            None if text_in is None else _loads(text_in, "input_json", name),
-            None if text_out is None else _loads(text_out, "output_json", name),
-            record["params_summary"],
-            bool(record["is_error"]),
-            record["error_message"],
-            record["text"],
-            record["input_tokens"],
-            record["output_tokens"],
-            record["latency_ms"],
-            record["metadata"] or {},
-            None
-            if b is None
-            else Budget(b["deadline_ms"], b["max_tokens"], b["tokens_used"], b["max_tool_calls"]),
-        )
-
-
-_EVENT_TYPE_SET: Final = frozenset(EVENT_TYPES)
 
 
 # --------------------------------------------------------------------------

@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable
 from itertools import accumulate
 from typing import Any, Final
 
@@ -175,10 +174,6 @@ def _finite_float(text: str) -> float:
 #: One decoder for every text: ``json.loads`` with keyword arguments builds a new
 #: ``JSONDecoder`` (and its scanner) per call, a third of the cost of a small text.
 _DECODER: Final = json.JSONDecoder(parse_constant=_no_constant, parse_float=_finite_float)
-#: Its scanner, called directly for a text that is exactly one value: what
-#: ``decode`` returns then, without its two whitespace regex matches (half the
-#: cost of a small text).  Any error it raises is the one ``decode`` raises.
-_SCAN: Final[Callable[[str, int], tuple[Any, int]]] = _DECODER.scan_once  # type: ignore[attr-defined]
 
 
 def loads_json(text: str, field: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
@@ -198,14 +193,7 @@ def loads_json(text: str, field: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
     try:
         if text.startswith("\ufeff"):  # what json.loads refuses before decoding
             raise json.JSONDecodeError("Unexpected UTF-8 BOM (decode using utf-8-sig)", text, 0)
-        try:
-            value, end = _SCAN(text, 0)
-        except StopIteration:  # no value at offset 0 (e.g. leading whitespace)
-            end = -1
-        if end != len(text):
-            # whitespace around the value, extra data or no value: decode() says
-            # which (the same scanner, wrapped in two regex matches per call)
-            value = _DECODER.decode(text)
+        value = _DECODER.decode(text)
     except RecursionError as exc:  # not expected after the depth check; never escape
         raise MalformedMessageError(f"{field}: nested too deep to parse") from exc
     except ValueError as exc:  # JSONDecodeError, NaN/Infinity, huge float, huge int

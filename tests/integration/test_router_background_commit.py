@@ -131,6 +131,17 @@ def _config(tid: str, **kw: Any) -> RouterConfig:
     return RouterConfig(**base)
 
 
+def _started_on_a_backlog(
+    settings: Settings, create_topics: Any
+) -> tuple[set[tuple[str, int]], Router]:
+    """A 1,000-event backlog over 4 sessions and a started router ``slow.a`` on it,
+    driven by the test itself (``_step``)."""
+    expected = _backlog(settings, create_topics, sessions=4, per=250)
+    a = Router(settings, _config(f"{settings.prefix}.slow.a"))
+    a.start()
+    return expected, a
+
+
 def _routed_exactly_once(settings: Settings, expected: set[tuple[str, int]]) -> None:
     """``<prefix>.events`` (read_committed) holds each expected event once, and the
     group's committed offset of every session topic is its end."""
@@ -213,9 +224,7 @@ def test_a_rebalance_during_a_background_commit_hands_over_exactly_once(
 def test_close_during_a_background_commit_commits_it_and_the_queued_batch(
     settings: Settings, create_topics: Any, slow_commits: None
 ) -> None:
-    expected = _backlog(settings, create_topics, sessions=4, per=250)
-    a = Router(settings, _config(f"{settings.prefix}.slow.a"))
-    a.start()
+    expected, a = _started_on_a_backlog(settings, create_topics)
     cfg = a.config
     deadline = time.monotonic() + 60
     # drive the loop until a commit is in flight AND the next batch has queued records
@@ -238,9 +247,7 @@ def test_close_during_a_background_commit_commits_it_and_the_queued_batch(
 def test_an_abortable_background_commit_routes_both_batches_again_exactly_once(
     settings: Settings, create_topics: Any, slow_commits: None
 ) -> None:
-    expected = _backlog(settings, create_topics, sessions=4, per=250)
-    a = Router(settings, _config(f"{settings.prefix}.slow.a"))
-    a.start()
+    expected, a = _started_on_a_backlog(settings, create_topics)
     cfg = a.config
     deadline = time.monotonic() + 60
     while a.stats().transactions < 1:  # one good commit first

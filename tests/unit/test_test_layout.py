@@ -13,6 +13,7 @@ No test module imports another: shared code lives in helper modules or fixtures.
 import ast
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,6 +206,35 @@ def test_a_conftest_fixture_shared_by_module_keeps_its_modules_whole(
 _SUB_PYTEST = ("-q", "-p", "xdist", "-p", "no:cacheprovider", "-n", "2", "--dist", "loadgroup")
 _SUB_ENV = {"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
+
+def _sub_suite(
+    tmp_path: Path,
+    conftest: str,
+    files: dict[str, str],
+    env: dict[str, str] | None = None,
+    timeout: float = 120,
+) -> Any:
+    """Write ``conftest`` and ``files`` (paths relative to ``tmp_path``) and run them
+    as a suite under ``-n 2 --dist loadgroup``; the completed process."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "conftest.py").write_text(conftest.format(tests=str(TESTS)))
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
+        cwd=tmp_path,
+        env={**os.environ, **_SUB_ENV, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 _SCHEDULED_CONFTEST = """
 import sys
 sys.path.insert(0, {tests!r})
@@ -242,31 +272,14 @@ def pipeline():
 def _setups_under_xdist(tmp_path: Path, conftest: str) -> list[str]:
     """Run a two-module suite under ``-n 2 --dist loadgroup``; how often (and in
     which xdist worker) the integration module's module-scoped fixture was set up."""
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "conftest.py").write_text(conftest.format(tests=str(TESTS)))
-    (tmp_path / "tests" / "integration").mkdir(parents=True)
-    (tmp_path / "tests" / "unit").mkdir()
     many = "\n".join(f"def test_{i}(pipeline):\n    pass\n" for i in range(8))
-    (tmp_path / "tests" / "integration" / "test_shared.py").write_text(
-        _SHARED_MODULE.format(tests=many)
-    )
-    (tmp_path / "tests" / "unit" / "test_quick.py").write_text(
-        "\n".join(f"def test_{i}():\n    pass\n" for i in range(8))
-    )
     setups = tmp_path / "setups.txt"
     setups.touch()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
-        cwd=tmp_path,
-        env={**os.environ, **_SUB_ENV, "SETUPS_FILE": str(setups)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    files = {
+        "tests/integration/test_shared.py": _SHARED_MODULE.format(tests=many),
+        "tests/unit/test_quick.py": "\n".join(f"def test_{i}():\n    pass\n" for i in range(8)),
+    }
+    proc = _sub_suite(tmp_path, conftest, files, {"SETUPS_FILE": str(setups)})
     assert proc.returncode == 0 and "16 passed" in proc.stdout, proc.stdout + proc.stderr
     return setups.read_text().split()
 
@@ -327,28 +340,13 @@ def test_a_heavy_unit_is_not_queued_behind_a_running_heavy_test(tmp_path: Path) 
     behind the first on the same worker although the second's worker was free.  Here
     h1 runs until h3 has started: it fails (after its 30 s bound) if h3 waits behind
     it, so this passes only when h3 goes to the worker that finished h2."""
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "conftest.py").write_text(_HEAVY_CONFTEST.format(tests=str(TESTS)))
-    (tmp_path / "tests" / "integration").mkdir(parents=True)
-    (tmp_path / "tests" / "unit").mkdir()
-    (tmp_path / "tests" / "integration" / "test_h.py").write_text(_HEAVY_MODULE)
-    (tmp_path / "tests" / "unit" / "test_quick.py").write_text(
-        "\n".join(f"def test_{i}():\n    pass\n" for i in range(6))
-    )
     marks = tmp_path / "marks"
     marks.mkdir()
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
-        cwd=tmp_path,
-        env={**os.environ, **_SUB_ENV, "MARKS_DIR": str(marks)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    files = {
+        "tests/integration/test_h.py": _HEAVY_MODULE,
+        "tests/unit/test_quick.py": "\n".join(f"def test_{i}():\n    pass\n" for i in range(6)),
+    }
+    proc = _sub_suite(tmp_path, _HEAVY_CONFTEST, files, {"MARKS_DIR": str(marks)})
     assert proc.returncode == 0 and "9 passed" in proc.stdout, proc.stdout + proc.stderr
 
 
@@ -376,22 +374,8 @@ def test_a_crashed_worker_is_replaced_and_the_run_still_ends(tmp_path: Path) -> 
     and waited for a next test that never came, so pytest never ended.  Now the run
     ends, the crashed test is reported once (not run again on the next worker) and
     every other test runs.  The subprocess timeout only bounds the hang."""
-    import os
-    import subprocess
-    import sys
-
-    (tmp_path / "conftest.py").write_text(_SCHEDULED_CONFTEST.format(tests=str(TESTS)))
-    (tmp_path / "tests" / "unit").mkdir(parents=True)
-    (tmp_path / "tests" / "unit" / "test_crashing.py").write_text(_CRASHING_MODULE)
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", *_SUB_PYTEST, "tests"],
-        cwd=tmp_path,
-        env={**os.environ, **_SUB_ENV},
-        capture_output=True,
-        text=True,
-        timeout=90,
-        check=False,
-    )
+    files = {"tests/unit/test_crashing.py": _CRASHING_MODULE}
+    proc = _sub_suite(tmp_path, _SCHEDULED_CONFTEST, files, timeout=90)
     out = proc.stdout + proc.stderr
     assert "1 failed, 8 passed" in proc.stdout, out
     assert "crashed while running 'tests/unit/test_crashing.py::test_crash'" in out, out

@@ -47,7 +47,8 @@ import os
 import ssl
 import threading
 import time
-from collections.abc import Mapping
+import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -376,6 +377,29 @@ def configure(config: SecurityConfig | None) -> None:
         _current = config
 
 
+def weak_method(method: Callable[..., Any]) -> Callable[..., None]:
+    """A client callback (``error_cb``, ``stats_cb``...) that holds its object weakly.
+
+    Why: a bound method given to a confluent-kafka client puts the client in a
+    reference cycle with its owner (owner -> client -> callback -> owner), so the
+    client is freed only by the cyclic garbage collector, in whichever thread a
+    collection happens to run.  Admin results are delivered in librdkafka's own
+    background thread (``AdminClient`` futures' callbacks), and a client destroyed
+    there aborts the whole process ("rd_kafka_destroy() called from librdkafka
+    owned thread", confluentinc/confluent-kafka-python#2129; seen in our suite).
+    Invariant: the returned function keeps no strong reference to the object; once
+    the object is gone, a late callback is ignored (no owner is left to tell).
+    """
+    ref = weakref.WeakMethod(method)
+
+    def call(*args: Any) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(*args)
+
+    return call
+
+
 def client_config(security: SecurityConfig | None = None) -> dict[str, Any]:
     """What a confluent-kafka construction site merges into its config.
 
@@ -548,4 +572,5 @@ __all__ = [
     "raise_if_security_error",
     "setting_name",
     "verify_connection",
+    "weak_method",
 ]

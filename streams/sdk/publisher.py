@@ -85,6 +85,7 @@ from streams.security import (
     explain_kafka_error,
     raise_if_security_error,
     verify_connection,
+    weak_method,
 )
 from streams.serde import EventSerde
 from streams.settings import Settings, check_session_id
@@ -185,11 +186,16 @@ class Publisher:
             config[key] = value
         config["enable.idempotence"] = True
         config["acks"] = "all"
-        config["error_cb"] = self._on_error
+        # held weakly: a bound method would put the producer in a reference cycle
+        # with this publisher, freed only by the garbage collector, possibly in
+        # librdkafka's own thread, where destroying a client aborts the process
+        config["error_cb"] = weak_method(self._on_error)
         if s.security.protocol != "PLAINTEXT":  # wrong password/CA: fail here, not in a retry loop
             verify_connection(s.bootstrap, s.security)
-        self._producer = Producer(config)
-        self._admin = AdminClient({"bootstrap.servers": s.bootstrap, **client_config(s.security)})
+        self._producer: Producer | _ClosedProducer = Producer(config)
+        self._admin: AdminClient | None = AdminClient(
+            {"bootstrap.servers": s.bootstrap, **client_config(s.security)}
+        )
         self._admin_timeout_s = admin_timeout_s
         self._lock = threading.Lock()
         self._failures: list[DeliveryError] = []
@@ -253,6 +259,8 @@ class Publisher:
         return [spec.name for spec in specs]
 
     def _ensure_topics(self, wanted: Iterable[TopicSpec]) -> None:
+        if self._admin is None:
+            raise DeliveryError("cannot create topics: the publisher is closed")
         with self._lock:
             missing = {s.name: s for s in wanted if s.name not in self._topics}
         if not missing:
@@ -372,6 +380,8 @@ class Publisher:
 
     def flush(self, timeout_s: float = 30.0) -> None:
         """Wait for every outstanding message; raise if any failed or is still pending."""
+        if self._closed:
+            raise DeliveryError("cannot flush: the publisher is closed (close() flushed)")
         remaining = self._producer.flush(timeout_s)
         self.check()
         if remaining:
@@ -382,13 +392,34 @@ class Publisher:
             )
 
     def close(self, timeout_s: float = 30.0) -> None:
-        """Flush and close; raises :class:`DeliveryError` if anything was not delivered."""
+        """Flush and close; raises :class:`DeliveryError` if anything was not delivered.
+
+        The producer and admin client are freed here, in the calling thread (not
+        left for the garbage collector: see :func:`streams.security.weak_method`);
+        anything still undelivered after ``timeout_s`` is reported, then dropped.
+        """
         if self._closed:
             return
         try:
             self.flush(timeout_s)
         finally:
             self._closed = True
+            self._producer = _ClosedProducer()
+            self._admin = None
+
+
+class _ClosedProducer:
+    """What a closed :class:`Publisher` holds instead of its producer: nothing is
+    pending, nothing can be sent (``_produce`` refuses before it gets here)."""
+
+    def poll(self, timeout: float = 0) -> int:
+        return 0
+
+    def flush(self, timeout: float = 0) -> int:
+        return 0
+
+    def produce(self, *args: Any, **kwargs: Any) -> None:
+        raise DeliveryError("cannot send: the publisher is closed")
 
 
 def _require_str(value: Any, path: str) -> str:

@@ -92,7 +92,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 
 from streams.core.assessment import SEVERITIES, severity_rank
 from streams.errors import BrokerError, ConfigError, MalformedMessageError, SerdeError
-from streams.security import client_config
+from streams.security import client_config, weak_method
 from streams.serde.avro import AssessmentSerde, AssessmentWire, PatternRecord, PatternSerde
 from streams.settings import Settings
 
@@ -574,7 +574,8 @@ class AssessmentSubscriber:
                 topics = list(self.topics)
                 if self.control_topic is not None and self.control_topic in self._existing():
                     topics.append(self.control_topic)
-                self._consumer.subscribe(topics, on_assign=self._on_group_assign)
+                # weakly held: no subscriber <-> consumer cycle for the collector
+                self._consumer.subscribe(topics, on_assign=weak_method(self._on_group_assign))
         except BaseException:
             self.close()  # no half-open consumer left behind
             raise

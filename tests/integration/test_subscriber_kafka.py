@@ -161,6 +161,31 @@ def test_group_id_resumes_from_committed_offsets(topics: Settings, producer: Pro
         assert keys(collect(sub, 1)) == [("g", 3)]
 
 
+def test_a_group_subscriber_dropped_without_close_is_freed_by_refcounting(
+    topics: Settings,
+) -> None:
+    """Its consumer must not wait for the cyclic garbage collector, which may run in
+    librdkafka's own thread (an admin future's callback) where destroying a client
+    aborts the process (streams.security.weak_method)."""
+    import gc
+
+    from confluent_kafka import Consumer
+
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        sub = AssessmentSubscriber(topics, group_id=f"{topics.prefix}.dropped")
+        del sub
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, Consumer)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == [], "the subscriber's consumer was only reachable by the collector"
+
+
 # -- filters ---------------------------------------------------------------------
 
 

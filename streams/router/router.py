@@ -402,6 +402,8 @@ class Router:
         self._unassigned_before: frozenset[str] = frozenset()
         #: Rebalances forced because a session topic stayed unassigned (tests, logs).
         self.forced_rebalances = 0
+        #: The group's state at the last describe_consumer_groups (for the log).
+        self._group_state = "unknown"
         self._t0 = time.monotonic()
         #: ``time.monotonic()`` of the first partition assignment (None before it):
         #: lets benchmarks and tests separate group-join time from routing time.
@@ -530,22 +532,30 @@ class Router:
                 raise _ConsumerFenced(f"subscribe: {exc.args[0]}") from exc
             raise
 
-    def _group_assigned_topics(self) -> set[str] | None:
-        """Topics assigned to any member of the router group (None: unknown now)."""
+    def _group_assigned_topics(self) -> dict[str, str] | None:
+        """Topics assigned to any member of the router group -> that member, as
+        ``member_id/instance`` (for the log); None: unknown now (logged)."""
         assert self._admin is not None
         group = self.config.resolved_group_id(self._prefix)
         try:
             futures = self._admin.describe_consumer_groups([group], request_timeout=2.0)
             desc = futures[group].result(timeout=3.0)
         except Exception as exc:  # a broker hiccup: check again next time
-            log.debug("describe_consumer_groups(%s) failed: %s", group, exc)
+            log.info(
+                "discovery check: describe_consumer_groups(%s) failed (%s); not forcing a "
+                "rebalance now, checking again in %.0f s",
+                group,
+                exc,
+                DISCOVERY_CHECK_S,
+            )
             return None
-        topics: set[str] = set()
+        owners: dict[str, str] = {}
         for member in desc.members or ():
             assignment = member.assignment
             for tp in (assignment.topic_partitions if assignment is not None else None) or ():
-                topics.add(tp.topic)
-        return topics
+                owners[tp.topic] = f"{member.member_id}/{member.group_instance_id}"
+        self._group_state = str(desc.state)
+        return owners
 
     def _check_discovery(self, consumer: Consumer) -> None:
         """Force a rebalance if a session topic stays unassigned (module docstring).
@@ -571,7 +581,21 @@ class Router:
             owned = self._group_assigned_topics()
             if owned is None:
                 return
-            missing -= owned
+            elsewhere = {t: owned[t] for t in missing if t in owned}
+            if elsewhere:
+                # INFO when this router holds nothing (the suspicious case) or when it
+                # changed; DEBUG otherwise (several routers: every check sees some).
+                level = logging.INFO if not self._assigned else logging.DEBUG
+                log.log(
+                    level,
+                    "discovery check: %d session topic(s) not assigned here (%d partition(s) "
+                    "here, group %s) are owned by other members, not forcing: %s",
+                    len(elsewhere),
+                    len(self._assigned),
+                    self._group_state,
+                    sorted(elsewhere.items())[:3],
+                )
+            missing -= set(owned)
         stale = missing & self._unassigned_before
         self._unassigned_before = frozenset(missing)
         if self._control_dropped:
@@ -582,6 +606,15 @@ class Router:
             self._subscribe()
             return
         if not stale:
+            if missing:
+                log.info(
+                    "discovery check: %d session topic(s) unassigned in the group (%d "
+                    "partition(s) here; e.g. %s): forcing a rebalance if still so in %.0f s",
+                    len(missing),
+                    len(self._assigned),
+                    sorted(missing)[:3],
+                    DISCOVERY_CHECK_S,
+                )
             return
         log.warning(
             "%d session topic(s) unassigned for %.0f s (e.g. %s; created while no router "
@@ -1670,7 +1703,12 @@ class Router:
             self._assigned.add(TopicPartition(tp.topic, tp.partition))
             self._assigned_topics.add(tp.topic)
         self._pending.assigned(self._assigned_topics)
-        log.debug("assigned %s", [f"{tp.topic}[{tp.partition}]" for tp in partitions])
+        log.info(
+            "assigned %d partition(s), %d held now (e.g. %s)",
+            len(partitions),
+            len(self._assigned),
+            [f"{tp.topic}[{tp.partition}]" for tp in partitions[:3]],
+        )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Commit what we consumed while we still own the partitions (KIP-447:
@@ -1686,6 +1724,7 @@ class Router:
         finally:
             self._in_rebalance = False
         self._forget(partitions)
+        log.info("revoked %d partition(s), %d held now", len(partitions), len(self._assigned))
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         # Ownership is already gone: committing offsets would be fenced; abort.
@@ -1695,6 +1734,11 @@ class Router:
         # fences it if the generation has moved on, which aborts it here.
         self._rebalances += 1
         self._forget(partitions)
+        log.warning(
+            "lost %d partition(s) (session timeout or fenced generation), %d held now",
+            len(partitions),
+            len(self._assigned),
+        )
         self._in_rebalance = True
         try:
             if self._inflight is not None and not self._failed:

@@ -108,9 +108,17 @@ def test_router_resumes_after_broker_restart_and_stops_on_sigterm_while_down(
             f"{guarantee}: {len(published)} published, {len(keys)} routed, "
             f"all routed {time.monotonic() - restarted:.1f} s after the broker restart"
         )
-        assert router.proc.poll() is None, router.log_tail(80)
+        assert router.proc.poll() is None, "router exited:\n" + router.log_tail(200)
         missing = published - set(keys)
-        assert not missing, (len(missing), sorted(missing)[:5], router.log_tail(80))
+        if missing:
+            # pytest.fail, not assert: an assert's tuple repr is truncated, and the
+            # router log tail is what tells why (its assignment, discovery checks).
+            per_session = Counter(sid for sid, _ in missing)
+            pytest.fail(
+                f"{guarantee}: {len(missing)} of {len(published)} published events never "
+                f"routed (per session: {sorted(per_session.items())}); router log tail:\n"
+                + router.log_tail(200)
+            )
         if guarantee == "exactly-once":
             doubled = [k for k, n in Counter(keys).items() if n > 1]
             assert not doubled, doubled[:5]

@@ -430,6 +430,8 @@ class Router:
         #: or _FATAL): the loop replaces it at the end of this step (never from inside
         #: a rebalance callback), without waiting for the fatal error to be consumed.
         self._consumer_fenced: str | None = None
+        #: The consumer _restart_consumer replaced (its callbacks are ignored).
+        self._retired_consumer: Consumer | None = None
         self._replaced_producers = 0
         self._producer_dead = False  # fatal producer error (e.g. fenced): do not use it
         self._fatal_cause: str | None = None
@@ -1000,10 +1002,16 @@ class Router:
         self._rewind_due = False  # the new consumer starts from the committed offsets
         self._first.clear()
         if old is not None:
+            # Its rebalance callbacks are ignored from now on (they would edit the new
+            # consumer's assignment), and its close is bounded: a consumer stuck in a
+            # rejoin can sit in close() waiting for a commit that never completes.
+            self._retired_consumer = old
             try:
-                old.close()
+                self._bounded("closing the replaced consumer", lambda _t: old.close())
             except (KafkaException, RuntimeError) as exc:
-                log.debug("closing the fenced consumer: %s", exc)
+                log.debug("closing the replaced consumer: %s", exc)
+            except _Wedged as exc:
+                log.warning("%s: left behind in a helper thread", exc)
         self._consumer = Consumer(self._consumer_conf)
         self._subscribe()
         # The new consumer must join first (it takes over this instance's member, so
@@ -1828,6 +1836,11 @@ class Router:
 
     # -- rebalance callbacks (run inside consume()) -------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is self._retired_consumer:
+            log.info(
+                "ignored: %s of %d partition(s) by the replaced consumer", "assign", len(partitions)
+            )
+            return
         self._rebalances += 1
         if self.first_assigned_at is None and partitions:
             self.first_assigned_at = time.monotonic()
@@ -1850,6 +1863,11 @@ class Router:
         )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is self._retired_consumer:
+            log.info(
+                "ignored: %s of %d partition(s) by the replaced consumer", "revoke", len(partitions)
+            )
+            return
         # Commit what we consumed while we still own the partitions (KIP-447:
         # the group generation in consumer_group_metadata() fences late commits;
         # at-least-once: flush, then commit, so the next owner starts after them).
@@ -1866,6 +1884,11 @@ class Router:
         log.info("revoked %d partition(s), %d held now", len(partitions), len(self._assigned))
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is self._retired_consumer:
+            log.info(
+                "ignored: %s of %d partition(s) by the replaced consumer", "lost", len(partitions)
+            )
+            return
         # Ownership is already gone: committing offsets would be fenced; abort.
         # (At-least-once: nothing to undo; the next owner re-reads from the last
         # committed offsets, i.e. duplicates, and our next commit skips these.)

@@ -88,6 +88,9 @@ class FakeConsumer:
     def subscribe(self, topics: list[str], **callbacks: Any) -> None:
         self.subscribed.append(list(topics))
 
+    def resume(self, partitions: list[TopicPartition]) -> None:
+        pass  # (_on_assign resumes partitions paused before a revoke)
+
     def close(self) -> None:
         self.closed = True
 
@@ -132,6 +135,13 @@ def test_a_router_holding_nothing_while_a_ghost_of_itself_owns_its_topics_restar
     assert router._consumer is not old and old.closed
     assert router.forced_restarts == 1
     assert router._consumer.subscribed == [router._subscription]  # type: ignore[union-attr]
+    # a late callback of the replaced consumer (its close may run on in a helper
+    # thread) must not take the new consumer's partitions away
+    tp = TopicPartition(sorted(TOPICS)[0], 0)
+    router._on_assign(router._consumer, [tp])  # type: ignore[arg-type]
+    router._on_lost(old, [tp])  # type: ignore[arg-type]
+    router._on_revoke(old, [tp])  # type: ignore[arg-type]
+    assert router.assigned_topics == {tp.topic}
 
 
 def test_a_router_with_another_live_owner_does_nothing(router: Router) -> None:

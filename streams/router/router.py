@@ -88,7 +88,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from confluent_kafka import (
     Consumer,
@@ -309,13 +309,14 @@ class DiscoveryPlan:
     group no longer counts as itself).  ``suspects``: the session topics that no
     *live* member owns, remembered for the next check (a topic must be a suspect at
     two checks in a row before anything is forced).  ``ghosts``: suspects the group
-    still gives to this router's own ``group.instance.id`` under a member id that is
-    not this consumer's (a member left behind by a rejoin during a broker outage),
-    or that this consumer does not hold.  ``elsewhere``: topics other members own
-    (only logged).
+    gives to this router's own ``group.instance.id`` although this consumer does
+    not hold them (a member left behind by a rejoin during a broker outage, or an
+    assignment not yet delivered: hence the two checks).  ``stale``: suspects at
+    this check and the previous one (what the action is for).  ``elsewhere``:
+    topics other members own (only logged).
     """
 
-    action: str
+    action: Literal["none", "rebalance", "restart"]
     suspects: frozenset[str]
     ghosts: frozenset[str]
     stale: frozenset[str]
@@ -350,6 +351,7 @@ def plan_discovery(
     suspects = frozenset(t for t in missing if t not in owners) | ghosts
     elsewhere = {t: owners[t] for t in missing if t in owners and t not in ghosts}
     stale = suspects & previous
+    action: Literal["none", "rebalance", "restart"]
     if not stale:
         action = "none"
     elif held_partitions == 0 or stale & ghosts or stale & forced_before:

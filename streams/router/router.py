@@ -42,7 +42,15 @@ compares the session topics in the cluster metadata with what the group has
 assigned (``describe_consumer_groups``); a topic left unassigned for two checks
 in a row makes it re-subscribe without ``<prefix>.control`` for one check
 interval (the revoke makes librdkafka rejoin, and the coordinator then runs a
-full rebalance with a real leader), then with it again.  Announcements are only
+full rebalance with a real leader), then with it again.  A topic the group gives
+to a *ghost* of this router (a member with its own ``group.instance.id`` whose
+partitions this consumer does not hold: after a broker restart the group fences
+the consumer, and if its fatal error never comes out of ``consume()`` the router
+held 0 partitions and routed nothing), or one still unowned while this router
+holds no partition at all or after a forced rebalance, makes it replace its
+consumer instead (the new one takes over the static member and its assignment):
+:func:`plan_discovery`.  An offset commit answered ``FENCED_INSTANCE_ID`` replaces
+the consumer at once.  Announcements are only
 a latency hint, so missing them for a few seconds loses nothing.  Partitions are
 assigned with ``cooperative-sticky``, so a new topic adds partitions without
 revoking (and interrupting the transaction on) the others.
@@ -78,8 +86,9 @@ import functools
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 from confluent_kafka import (
     Consumer,
@@ -156,6 +165,9 @@ OFFSET_COMMIT_WAIT_S = 10.0
 #: instance twice) is replaced by a new one at most this many times; more means
 #: another router really runs with the same instance id, and this one stops.
 MAX_CONSUMER_RESTARTS = 3
+#: ... within this many seconds (a long-running router sees one fencing per broker
+#: restart; only restarts in quick succession point at a duplicate instance id).
+CONSUMER_RESTART_WINDOW_S = 300.0
 #: Seconds between checks that every session topic is assigned to some router of
 #: the group (see ``_check_discovery``); a topic must be seen unassigned by two
 #: checks in a row before the router forces a rebalance, so the normal regex
@@ -279,6 +291,76 @@ def default_decoder(settings: Settings) -> EventDecoder:
     return EventSerde("single-object")
 
 
+@dataclass(frozen=True)
+class Owner:
+    """A member of the router group as ``describe_consumer_groups`` reports it."""
+
+    member_id: str
+    instance_id: str | None
+
+
+@dataclass(frozen=True)
+class DiscoveryPlan:
+    """What one discovery check decided (:func:`plan_discovery`).
+
+    ``action``: ``"none"``, ``"rebalance"`` (re-subscribe without the control
+    topic: the group rebalances with this consumer as a real leader) or
+    ``"restart"`` (replace this consumer: re-subscribing cannot help one that the
+    group no longer counts as itself).  ``suspects``: the session topics that no
+    *live* member owns, remembered for the next check (a topic must be a suspect at
+    two checks in a row before anything is forced).  ``ghosts``: suspects the group
+    gives to this router's own ``group.instance.id`` although this consumer does
+    not hold them (a member left behind by a rejoin during a broker outage, or an
+    assignment not yet delivered: hence the two checks).  ``stale``: suspects at
+    this check and the previous one (what the action is for).  ``elsewhere``:
+    topics other members own (only logged).
+    """
+
+    action: Literal["none", "rebalance", "restart"]
+    suspects: frozenset[str]
+    ghosts: frozenset[str]
+    stale: frozenset[str]
+    elsewhere: Mapping[str, Owner]
+
+
+def plan_discovery(
+    missing: frozenset[str],
+    owners: Mapping[str, Owner],
+    *,
+    instance_id: str,
+    previous: frozenset[str],
+    held_partitions: int,
+    forced_before: frozenset[str],
+) -> DiscoveryPlan:
+    """Decide what a discovery check does (pure; ``Router._check_discovery`` acts).
+
+    ``missing``: session topics in the cluster metadata that this consumer does not
+    hold; ``owners``: topic -> the group member that has it; ``previous``: the
+    suspects of the previous check; ``forced_before``: the topics a rebalance was
+    last forced for.
+
+    Invariants: a topic owned by another instance id is never a suspect (that router
+    routes it); nothing is forced for a topic seen once (it may be mid-pickup).  A
+    stale suspect is *restart* when this consumer holds no partition at all (its
+    membership is what is broken: after a broker restart the group had fenced it
+    or kept a ghost of it, and it routed nothing for minutes), when the group gives
+    it to a ghost of this instance, or when a forced rebalance already failed to
+    place it; otherwise *rebalance*.
+    """
+    ghosts = frozenset(t for t in missing if t in owners and owners[t].instance_id == instance_id)
+    suspects = frozenset(t for t in missing if t not in owners) | ghosts
+    elsewhere = {t: owners[t] for t in missing if t in owners and t not in ghosts}
+    stale = suspects & previous
+    action: Literal["none", "rebalance", "restart"]
+    if not stale:
+        action = "none"
+    elif held_partitions == 0 or stale & ghosts or stale & forced_before:
+        action = "restart"
+    else:
+        action = "rebalance"
+    return DiscoveryPlan(action, suspects, ghosts, stale, elsewhere)
+
+
 class Router:
     """Consume-validate-forward loop, exactly-once or at-least-once (module docstring).
 
@@ -345,6 +427,13 @@ class Router:
         self._producer_conf: dict[str, Any] = {}
         self._consumer_conf: dict[str, Any] = {}
         self._consumer_restarts = 0
+        self._last_consumer_restart = 0.0
+        #: Why the consumer is unusable (an offset commit answered FENCED_INSTANCE_ID
+        #: or _FATAL): the loop replaces it at the end of this step (never from inside
+        #: a rebalance callback), without waiting for the fatal error to be consumed.
+        self._consumer_fenced: str | None = None
+        #: The consumer _restart_consumer replaced (its callbacks are ignored).
+        self._retired_consumer: Consumer | None = None
         self._replaced_producers = 0
         self._producer_dead = False  # fatal producer error (e.g. fenced): do not use it
         self._fatal_cause: str | None = None
@@ -402,6 +491,13 @@ class Router:
         self._unassigned_before: frozenset[str] = frozenset()
         #: Rebalances forced because a session topic stayed unassigned (tests, logs).
         self.forced_rebalances = 0
+        #: The group's state at the last describe_consumer_groups (for the log).
+        self._group_state = "unknown"
+        #: Consumers replaced because session topics stayed without a live owner.
+        self.forced_restarts = 0
+        #: Topics the last forced rebalance was for: still ownerless later -> restart.
+        self._forced_for: frozenset[str] = frozenset()
+        self._last_discovery = 0.0
         self._t0 = time.monotonic()
         #: ``time.monotonic()`` of the first partition assignment (None before it):
         #: lets benchmarks and tests separate group-join time from routing time.
@@ -530,50 +626,87 @@ class Router:
                 raise _ConsumerFenced(f"subscribe: {exc.args[0]}") from exc
             raise
 
-    def _group_assigned_topics(self) -> set[str] | None:
-        """Topics assigned to any member of the router group (None: unknown now)."""
+    def _group_owners(self) -> dict[str, Owner] | None:
+        """Topic -> the member of the router group it is assigned to (None: the
+        group description failed now; logged, and checked again next time)."""
         assert self._admin is not None
         group = self.config.resolved_group_id(self._prefix)
         try:
             futures = self._admin.describe_consumer_groups([group], request_timeout=2.0)
             desc = futures[group].result(timeout=3.0)
         except Exception as exc:  # a broker hiccup: check again next time
-            log.debug("describe_consumer_groups(%s) failed: %s", group, exc)
+            log.info(
+                "discovery check: describe_consumer_groups(%s) failed (%s); not forcing a "
+                "rebalance now, checking again in %.0f s",
+                group,
+                exc,
+                DISCOVERY_CHECK_S,
+            )
             return None
-        topics: set[str] = set()
+        owners: dict[str, Owner] = {}
         for member in desc.members or ():
             assignment = member.assignment
             for tp in (assignment.topic_partitions if assignment is not None else None) or ():
-                topics.add(tp.topic)
-        return topics
+                owners[tp.topic] = Owner(member.member_id, member.group_instance_id)
+        self._group_state = str(desc.state)
+        return owners
 
     def _check_discovery(self, consumer: Consumer) -> None:
-        """Force a rebalance if a session topic stays unassigned (module docstring).
+        """Force a rebalance, or replace the consumer, when a session topic stays
+        without a live owner (module docstring; the decision: :func:`plan_discovery`).
 
-        Invariant: never re-subscribes for a topic some member of the group owns,
-        nor for one seen unassigned only once (it may be mid-pickup).
+        Invariant: never forces anything for a topic another router owns, nor for one
+        seen without a live owner only once (it may be mid-pickup).
         """
-        self._next_discovery = time.monotonic() + DISCOVERY_CHECK_S
+        now = time.monotonic()
+        if now - self._last_discovery > 2 * DISCOVERY_CHECK_S:
+            # The loop was held up (a long flush, a broker outage): the previous
+            # check's suspects may have been placed meanwhile without a callback yet.
+            self._unassigned_before = frozenset()
+        self._last_discovery = now
+        self._next_discovery = now + DISCOVERY_CHECK_S
         try:
             md = consumer.list_topics(timeout=2.0)
         except KafkaException as exc:
-            log.debug("metadata for the discovery check failed: %s", exc)
+            log.info("discovery check: cluster metadata failed (%s); checking again", exc)
             return
-        missing = {
+        missing = frozenset(
             name
             for name, meta in md.topics.items()
             if meta.error is None
             and meta.partitions
             and name not in self._assigned_topics
             and session_id_of_topic(self._prefix, name) is not None
-        }
+        )
+        owners: Mapping[str, Owner] = {}
         if missing:
-            owned = self._group_assigned_topics()
-            if owned is None:
+            got = self._group_owners()
+            if got is None:
                 return
-            missing -= owned
-        stale = missing & self._unassigned_before
-        self._unassigned_before = frozenset(missing)
+            owners = got
+        plan = plan_discovery(
+            missing,
+            owners,
+            instance_id=self.config.resolved_transactional_id(self._prefix),
+            previous=self._unassigned_before,
+            held_partitions=len(self._assigned),
+            forced_before=self._forced_for,
+        )
+        self._unassigned_before = plan.suspects
+        if plan.elsewhere:
+            # INFO when this router holds nothing (the suspicious case); DEBUG
+            # otherwise (with several routers every check sees some).
+            log.log(
+                logging.INFO if not self._assigned else logging.DEBUG,
+                "discovery check: %d session topic(s) not held here (%d partition(s) "
+                "here, group %s) are owned by other members, not forcing: %s",
+                len(plan.elsewhere),
+                len(self._assigned),
+                self._group_state,
+                sorted((t, f"{o.member_id}/{o.instance_id}") for t, o in plan.elsewhere.items())[
+                    :3
+                ],
+            )
         if self._control_dropped:
             # One check after forcing: the announcements topic comes back (another
             # rejoin, cooperative: nothing else is revoked).
@@ -581,19 +714,42 @@ class Router:
                 self._commit()
             self._subscribe()
             return
-        if not stale:
+        if plan.action == "none":
+            if plan.suspects:
+                log.info(
+                    "discovery check: %d session topic(s) without a live owner (%d "
+                    "partition(s) here, group %s, %d given to a ghost of this instance; "
+                    "e.g. %s): acting if still so at the next check",
+                    len(plan.suspects),
+                    len(self._assigned),
+                    self._group_state,
+                    len(plan.ghosts),
+                    sorted(plan.suspects)[:3],
+                )
+            return
+        if plan.action == "restart":
+            why = (
+                f"{len(plan.stale)} session topic(s) without a live owner for "
+                f"{DISCOVERY_CHECK_S:.0f} s (e.g. {sorted(plan.stale)[:3]}; {len(self._assigned)} "
+                f"partition(s) held here, {len(plan.stale & plan.ghosts)} given by the group "
+                f"(state {self._group_state}) to a ghost of this instance, "
+                f"{len(plan.stale & self._forced_for)} not placed by a forced rebalance)"
+            )
+            self.forced_restarts += 1
+            self._restart_consumer(why)
             return
         log.warning(
             "%d session topic(s) unassigned for %.0f s (e.g. %s; created while no router "
             "ran?): re-subscribing to make the group rebalance",
-            len(stale),
+            len(plan.stale),
             DISCOVERY_CHECK_S,
-            sorted(stale)[:3],
+            sorted(plan.stale)[:3],
         )
         if self._uncommitted_batch and not self._failed:
             self._commit()  # a rejoin would fence offsets sent during it
         self._subscribe(without_control=True)
         self.forced_rebalances += 1
+        self._forced_for = plan.stale
         self._unassigned_before = frozenset()
 
     def _abort_leftover_transaction(self, transactional_id: str) -> None:
@@ -811,13 +967,19 @@ class Router:
             raise outcome[0]
 
     def _restart_consumer(self, why: str) -> None:
-        """Replace a consumer that hit a fatal error (see :data:`MAX_CONSUMER_RESTARTS`).
+        """Replace a consumer that hit a fatal error, or that the group no longer
+        counts as itself (:meth:`_check_discovery`); see :data:`MAX_CONSUMER_RESTARTS`.
 
         The open batch is given up first (exactly-once: its transaction aborted;
         at-least-once: its offsets are not committed), so the new consumer starts
         from the committed offsets: nothing is lost, nothing doubled for
         read_committed readers (at-least-once: repeats, as after a crash).
         """
+        now = time.monotonic()
+        if now - self._last_consumer_restart > CONSUMER_RESTART_WINDOW_S:
+            self._consumer_restarts = 0  # (each broker restart fences the consumer once)
+        self._last_consumer_restart = now
+        self._consumer_fenced = None
         self._consumer_restarts += 1
         if self._consumer_restarts > MAX_CONSUMER_RESTARTS:
             self._failed = True
@@ -842,12 +1004,24 @@ class Router:
         self._rewind_due = False  # the new consumer starts from the committed offsets
         self._first.clear()
         if old is not None:
+            # Its rebalance callbacks are ignored from now on (they would edit the new
+            # consumer's assignment), and its close is bounded: a consumer stuck in a
+            # rejoin can sit in close() waiting for a commit that never completes.
+            self._retired_consumer = old
             try:
-                old.close()
+                self._bounded("closing the replaced consumer", lambda _t: old.close())
             except (KafkaException, RuntimeError) as exc:
-                log.debug("closing the fenced consumer: %s", exc)
+                log.debug("closing the replaced consumer: %s", exc)
+            except _Wedged as exc:
+                log.warning("%s: left behind in a helper thread", exc)
         self._consumer = Consumer(self._consumer_conf)
         self._subscribe()
+        # The new consumer must join first (it takes over this instance's member, so
+        # the group shows that "ghost" owning our topics until then): its first
+        # discovery check comes later and starts with no suspects.
+        self._forced_for = self._unassigned_before = frozenset()
+        self._next_discovery = time.monotonic() + 2 * DISCOVERY_CHECK_S
+        self._last_discovery = self._next_discovery
 
     def _replace_producer(self, why: str, *, rewind: bool = True) -> None:
         """Exactly-once: give up a wedged producer (see :data:`WEDGED_S`).
@@ -992,6 +1166,8 @@ class Router:
             self._check_discovery(consumer)
         if self._paused and time.monotonic() >= self._next_paused_check:
             self._check_paused(consumer)
+        if self._consumer_fenced is not None:
+            raise _ConsumerFenced(self._consumer_fenced)
         return True
 
     def stats(self) -> RouterStats:
@@ -1318,7 +1494,13 @@ class Router:
                 )
             except KafkaException as exc:
                 kerr = exc.args[0]
-                if kerr.fatal():
+                if kerr.code() in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FATAL):
+                    # The group replaced this consumer (seen after every broker
+                    # restart: a JoinGroup retried during the outage took this
+                    # instance id).  The consumer is dead now: replace it at the end
+                    # of this step, whether or not its fatal error is ever consumed.
+                    self._consumer_fenced = f"offset commit: {kerr}"
+                elif kerr.fatal():
                     self._failed = True
                     raise DeliveryError.from_kafka(
                         f"offset commit failed fatally: {kerr}", kerr, retriable=False
@@ -1656,6 +1838,11 @@ class Router:
 
     # -- rebalance callbacks (run inside consume()) -------------------------
     def _on_assign(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is self._retired_consumer:
+            log.info(
+                "ignored: %s of %d partition(s) by the replaced consumer", "assign", len(partitions)
+            )
+            return
         self._rebalances += 1
         if self.first_assigned_at is None and partitions:
             self.first_assigned_at = time.monotonic()
@@ -1670,9 +1857,19 @@ class Router:
             self._assigned.add(TopicPartition(tp.topic, tp.partition))
             self._assigned_topics.add(tp.topic)
         self._pending.assigned(self._assigned_topics)
-        log.debug("assigned %s", [f"{tp.topic}[{tp.partition}]" for tp in partitions])
+        log.info(
+            "assigned %d partition(s), %d held now (e.g. %s)",
+            len(partitions),
+            len(self._assigned),
+            [f"{tp.topic}[{tp.partition}]" for tp in partitions[:3]],
+        )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is self._retired_consumer:
+            log.info(
+                "ignored: %s of %d partition(s) by the replaced consumer", "revoke", len(partitions)
+            )
+            return
         # Commit what we consumed while we still own the partitions (KIP-447:
         # the group generation in consumer_group_metadata() fences late commits;
         # at-least-once: flush, then commit, so the next owner starts after them).
@@ -1686,8 +1883,14 @@ class Router:
         finally:
             self._in_rebalance = False
         self._forget(partitions)
+        log.info("revoked %d partition(s), %d held now", len(partitions), len(self._assigned))
 
     def _on_lost(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if consumer is self._retired_consumer:
+            log.info(
+                "ignored: %s of %d partition(s) by the replaced consumer", "lost", len(partitions)
+            )
+            return
         # Ownership is already gone: committing offsets would be fenced; abort.
         # (At-least-once: nothing to undo; the next owner re-reads from the last
         # committed offsets, i.e. duplicates, and our next commit skips these.)
@@ -1695,6 +1898,11 @@ class Router:
         # fences it if the generation has moved on, which aborts it here.
         self._rebalances += 1
         self._forget(partitions)
+        log.warning(
+            "lost %d partition(s) (session timeout or fenced generation), %d held now",
+            len(partitions),
+            len(self._assigned),
+        )
         self._in_rebalance = True
         try:
             if self._inflight is not None and not self._failed:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import abc
 import io
 import json
+import re
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -84,6 +85,17 @@ _DECODE_ERRORS: Final = (
     OverflowError,
     StopIteration,
 )
+
+
+# "<_io.BytesIO object at 0x7f...>" in a decoder's message: the address differs on
+# every decode, and a dead-letter reason must be the same each time the same
+# record is redelivered (the DLQ and replay compare reasons).
+_OBJECT_ADDRESS: Final = re.compile(r" object at 0x[0-9a-fA-F]+>")
+
+
+def _stable_reason(exc: BaseException) -> str:
+    """``Type: message`` of a decoder exception, without object addresses."""
+    return f"{type(exc).__name__}: {_OBJECT_ADDRESS.sub(' object>', str(exc))}"
 
 
 def _is_registry_client(obj: Any) -> bool:
@@ -247,7 +259,7 @@ class AvroSerde(abc.ABC, Generic[T]):
                 record = fastavro.schemaless_reader(buf, writer, None)
         except _DECODE_ERRORS as exc:
             raise MalformedMessageError(
-                f"{self.full_name}: invalid Avro body ({type(exc).__name__}: {exc}); "
+                f"{self.full_name}: invalid Avro body ({_stable_reason(exc)}); "
                 "truncated or not written with this schema"
             ) from exc
         end = buf.tell()

@@ -119,7 +119,7 @@ from streams.router.validate import (
     dlq_headers,
     session_id_of_topic,
 )
-from streams.security import client_config, raise_if_security_error
+from streams.security import client_config, raise_if_security_error, weak_method
 from streams.settings import Settings
 from streams.topics import SIZE_MARGIN, router_topic_specs
 from streams.topics import ensure_topics as create_topics  # ensure_topics below is the router set
@@ -550,8 +550,11 @@ class Router:
             # Failures only: no Python callback per delivered message (its cost:
             # docs/kafka-notes.md "Measured defaults").
             "delivery.report.only.error": True,
-            "on_delivery": self._on_delivery,
-            "error_cb": self._on_producer_error,
+            # held weakly: no router <-> client cycle left to the garbage collector
+            # (streams.security.weak_method: a client freed in librdkafka's own
+            # thread aborts the process)
+            "on_delivery": weak_method(self._on_delivery),
+            "error_cb": weak_method(self._on_producer_error),
         }
         if self._exactly_once:
             producer_conf["transactional.id"] = instance_id
@@ -617,9 +620,9 @@ class Router:
         try:
             self._consumer.subscribe(
                 topics,
-                on_assign=self._on_assign,
-                on_revoke=self._on_revoke,
-                on_lost=self._on_lost,
+                on_assign=weak_method(self._on_assign),
+                on_revoke=weak_method(self._on_revoke),
+                on_lost=weak_method(self._on_lost),
             )
         except KafkaException as exc:
             if exc.args[0].code() == KafkaError._FATAL or exc.args[0].fatal():
@@ -831,6 +834,7 @@ class Router:
                 # after the restart, never a loss: no offset covers it)
                 self._producer.flush(10.0)
             self._producer = None
+        self._admin = None  # freed here, in this thread (not by the garbage collector)
 
     def __enter__(self) -> Router:
         self.start()

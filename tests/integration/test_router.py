@@ -336,3 +336,36 @@ def test_sdk_session_start_reaches_events_fast(settings: Settings) -> None:
     print("\nSDK session_start -> events: " + ", ".join(f"{x * 1000:.0f} ms" for x in latencies))
     assert router.stats().announcements >= 3
     assert max(latencies) < 5.0, latencies
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_a_router_dropped_without_close_leaves_no_client_to_the_collector(
+    settings: Settings, create_topics: Any, guarantee: str
+) -> None:
+    """A started router's producer, consumer and admin client are freed by reference
+    counting when the router is dropped: none waits for the cyclic garbage collector,
+    which may run in librdkafka's own thread where destroying a client aborts the
+    process (streams.security.weak_method; docs/kafka-notes.md)."""
+    import gc
+
+    from confluent_kafka.admin import AdminClient  # type: ignore[attr-defined]
+
+    create_topics(settings.session_topic("gc-1"))
+    config = RouterConfig(
+        guarantee=guarantee, batch_max_ms=20, status_interval_s=0, paused_check_s=0
+    )
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        router = Router(settings, config)
+        router.start()
+        router.run(max_seconds=1.0)
+        del router
+        gc.collect()
+        left = [o for o in gc.garbage if isinstance(o, (Producer, Consumer, AdminClient))]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert left == [], f"{[type(o).__name__ for o in left]} only reachable by the collector"

@@ -472,10 +472,13 @@ class _DeliveringProducer(_aiokafka_driver.Producer):
             if not pending:
                 return
             buffer = self.buffer
-            if buffer.state != "running":
+            # batches (send_changelog_batch) are in aiokafka already; only send_soon
+            # messages wait for Faust's buffer
+            in_buffer = [f for f in pending if f not in self._batch_tp]
+            if in_buffer and buffer.state != "running":
                 reason = buffer.crash_reason if buffer.crashed else None
                 raise DeliveryError(
-                    f"{len(pending)} changelog write(s) still queued in Faust's producer "
+                    f"{len(in_buffer)} changelog write(s) still queued in Faust's producer "
                     f"buffer, which is {buffer.state}"
                     + (f" ({reason!r})" if reason is not None else "")
                     + ": they will not be sent; no offset is committed after them "

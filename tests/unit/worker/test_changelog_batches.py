@@ -11,6 +11,7 @@ batches' wire bytes.
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -242,5 +243,45 @@ def test_the_revoke_flush_writes_the_stores_before_any_await(tmp_path: Path) -> 
         await flusher.send(batches)
         assert sum(len(r) for _, _, r, _ in sender.sent) == n
         assert flusher.changelog_records == n
+
+    asyncio.run(run())
+
+
+def test_later_flushes_queue_after_earlier_ones_and_the_last_value_wins(tmp_path: Path) -> None:
+    """Three flushes of the same sessions (commit, commit, revoke), batches of 1 KB: per
+    changelog partition every key's values are queued in flush order, so recovery,
+    which keeps the last value of a key, gives what the stores hold."""
+
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender, max_batch_size=1024)
+        flusher = wapp.app.state_flusher
+        flusher.WRITE_CHUNK = 7
+        events = _events(sessions=12, per_session=3)
+        for round_ in range(3):
+            _apply(wapp, events[12 * round_ : 12 * (round_ + 1)])
+            if round_ < 2:
+                await flusher.write_pending(wapp.processor.take_dirty(), _no_flush)
+            else:
+                _, batches = flusher.collect_now()
+                await flusher.send(batches)
+        replayed: dict[tuple[str, bytes], bytes] = {}
+        seen: dict[tuple[str, bytes], list[bytes]] = {}
+        for topic, _, records, _ in sender.sent:
+            for key, value in records:
+                replayed[(topic, key)] = value  # what changelog recovery keeps
+                seen.setdefault((topic, key), []).append(value)
+        for table in flusher.tables.values():
+            topic = table.changelog_topic.get_topic_name()
+            stored = {(topic, k): v for k, v in table.data.data.items()}
+            assert {k: v for k, v in replayed.items() if k[0] == topic} == stored
+        sessions_topic = flusher.tables["sessions"].changelog_topic.get_topic_name()
+        counts = [
+            [json.loads(v)["events"] for v in vals]
+            for (t, _), vals in seen.items()
+            if t == sessions_topic
+        ]
+        assert counts and all(c == [1, 2, 3] for c in counts)  # one write per flush, in order
 
     asyncio.run(run())

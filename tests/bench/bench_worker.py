@@ -194,6 +194,18 @@ def changelog_records(settings: Settings, tables: tuple[str, ...]) -> int:
         c.close()
 
 
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of ``pid`` so far (tid -> user + system)."""
+    out: dict[int, float] = {}
+    for task in Path(f"/proc/{pid}/task").glob("[0-9]*"):
+        try:
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        out[int(task.name)] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def load_average() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -285,6 +297,7 @@ def run_paced(
         load_before = load_average()
         n = int(rate * duration_s)
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
+        threads0 = thread_cpu(proc.pid)
         for i, ev in enumerate(itertools.islice(events, n)):
             due = t0 + i / rate
             wait = due - time.monotonic()
@@ -303,6 +316,9 @@ def run_paced(
         applied_s = time.monotonic() - t0
         time.sleep(commit_interval_s + 0.5)  # the flush of the last events counts
         cpu = cpu_seconds(proc.pid) - cpu0
+        threads = {t: c - threads0.get(t, 0.0) for t, c in thread_cpu(proc.pid).items()}
+        main_thread = threads.pop(proc.pid, 0.0)
+        busiest = sorted(threads.values(), reverse=True)[:3]
         span = time.monotonic() - t0
         if spy is not None:
             spy.send_signal(2)  # SIGINT: py-spy writes its output
@@ -324,6 +340,10 @@ def run_paced(
         "worker_cpu_us_per_event": round(1e6 * cpu / n, 1),
         "worker_cpu_us_per_event_minus_idle": round(1e6 * (cpu - idle_cpu_per_s * span) / n, 1),
         "idle_cpu_per_s": round(idle_cpu_per_s, 3),
+        # the event loop thread; the others are Faust's consumer thread (aiokafka
+        # fetches), RocksDB's and the web server's
+        "main_thread_us_per_event": round(1e6 * main_thread / n, 1),
+        "other_threads_us_per_event": [round(1e6 * c / n, 1) for c in busiest],
         "changelog_records_per_event": round(records / n, 2),
         "load_before": load_before,
         "load_after": load_average(),

@@ -296,6 +296,7 @@ def run_paced(
             time.sleep(1.0)
         load_before = load_average()
         n = int(rate * duration_s)
+        batches0 = int((_stats(port) or {}).get("batches", 0))
         cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
         threads0 = thread_cpu(proc.pid)
         for i, ev in enumerate(itertools.islice(events, n)):
@@ -324,6 +325,7 @@ def run_paced(
             spy.send_signal(2)  # SIGINT: py-spy writes its output
             spy.wait(60)
         records = changelog_records(settings, tables) - log0
+        handled_batches = int((_stats(port) or {}).get("batches", 0)) - batches0
     finally:
         stop(proc)
         if spy is not None and spy.poll() is None:
@@ -345,6 +347,8 @@ def run_paced(
         "main_thread_us_per_event": round(1e6 * main_thread / n, 1),
         "other_threads_us_per_event": [round(1e6 * c / n, 1) for c in busiest],
         "changelog_records_per_event": round(records / n, 2),
+        # fetched partition batches the worker handled (one EventBatchHandler.handle each)
+        "events_per_handled_batch": round(n / handled_batches, 1) if handled_batches else None,
         "load_before": load_before,
         "load_after": load_average(),
         "log": str(data_dir / "worker.log"),

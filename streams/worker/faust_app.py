@@ -360,8 +360,13 @@ class _DeliveringProducer(_aiokafka_driver.Producer):
     them, and a worker recovering those partitions from the changelog read state
     older than the committed offsets (docs/faust-notes.md "Shutdown").
 
-    Invariant: when :meth:`flush` returns, every message given to ``send_soon``
-    before the call was acknowledged by Kafka; otherwise it raises
+    The worker's own changelog writes now go in batches (:meth:`send_changelog_batch`,
+    :class:`_ChangelogBatches`), tracked the same way; ``send_soon`` stays covered
+    for any Faust-internal write.
+
+    Invariant: when :meth:`flush` returns, every message given to ``send_soon`` and
+    every batch given to :meth:`send_changelog_batch` before the call was
+    acknowledged by Kafka; otherwise it raises
     :class:`DeliveryError` (and keeps raising: a failed changelog write must never
     be followed by an offset commit).  :meth:`on_stop` does the same before the
     aiokafka producer closes, so nothing is left in the buffer to fail.

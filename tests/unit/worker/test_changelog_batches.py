@@ -285,3 +285,60 @@ def test_later_flushes_queue_after_earlier_ones_and_the_last_value_wins(tmp_path
         assert counts and all(c == [1, 2, 3] for c in counts)  # one write per flush, in order
 
     asyncio.run(run())
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_failed_batch_stops_the_commit_before_any_offset_is_committed(
+    tmp_path: Path, fail: bool
+) -> None:
+    """The whole commit (``_ReadCommittedConsumer._commit_tps`` on the app's real
+    consumer): flush the state in batches, then Faust's ``_commit_offsets``, whose
+    producer flush waits for the batches.  One batch failing -> the worker crashes
+    with :class:`DeliveryError` and the offsets are never committed; all
+    acknowledged -> they are (the control that shows the spy sees commits)."""
+    from faust.types import TP
+
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender)
+        consumer = wapp.app.consumer
+        events_tp = TP(wapp.settings.events_topic, 0)
+        committed: list[dict[Any, int]] = []
+        crashed: list[BaseException] = []
+
+        async def _commit(offsets: dict[Any, int]) -> bool:
+            committed.append(dict(offsets))
+            return True
+
+        async def _crash(exc: BaseException) -> None:
+            crashed.append(exc)
+
+        consumer._filter_committable_offsets = lambda tps: {events_tp: 10}
+        consumer.assignment = lambda: {events_tp}
+        consumer._commit = _commit
+        consumer.crash = _crash
+        wapp.app.tables.on_commit = lambda offsets: None
+        _apply(wapp, _events(sessions=6, per_session=1))
+
+        async def kafka_answers() -> None:
+            while not sender.sent:  # the flush queues them, then waits for them
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            for i, (topic, partition, _, fut) in enumerate(sender.sent):
+                if fail and i == 1:
+                    fut.set_exception(RuntimeError("broker said no"))
+                else:
+                    fut.set_result(_acked(topic, partition, 0))
+
+        answers = asyncio.ensure_future(kafka_answers())
+        did = await asyncio.wait_for(consumer._commit_tps([events_tp], False), 10)
+        await answers
+        if fail:
+            assert did is False and committed == []
+            assert len(crashed) == 1 and isinstance(crashed[0], DeliveryError)
+            assert "broker said no" in str(crashed[0])
+        else:
+            assert did is True and committed == [{events_tp: 10}] and crashed == []
+
+    asyncio.run(run())

@@ -38,7 +38,7 @@ from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
 
 from streams.core.events import TraceEvent
-from streams.errors import BrokerError, ConfigError, DeliveryError, FlushError
+from streams.errors import BrokerError, ConfigError, DeliveryError, FlushError, InternalError
 from streams.settings import Settings
 from streams.topics import changelog_topic as _changelog_topic
 from streams.topics import uncovered_partitions, worker_app_id, worker_output_topics
@@ -360,8 +360,13 @@ class _DeliveringProducer(_aiokafka_driver.Producer):
     them, and a worker recovering those partitions from the changelog read state
     older than the committed offsets (docs/faust-notes.md "Shutdown").
 
-    Invariant: when :meth:`flush` returns, every message given to ``send_soon``
-    before the call was acknowledged by Kafka; otherwise it raises
+    The worker's own changelog writes now go in batches (:meth:`send_changelog_batch`,
+    :class:`_ChangelogBatches`), tracked the same way; ``send_soon`` stays covered
+    for any Faust-internal write.
+
+    Invariant: when :meth:`flush` returns, every message given to ``send_soon`` and
+    every batch given to :meth:`send_changelog_batch` before the call was
+    acknowledged by Kafka; otherwise it raises
     :class:`DeliveryError` (and keeps raising: a failed changelog write must never
     be followed by an offset commit).  :meth:`on_stop` does the same before the
     aiokafka producer closes, so nothing is left in the buffer to fail.
@@ -372,10 +377,13 @@ class _DeliveringProducer(_aiokafka_driver.Producer):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        #: ``send_soon`` messages not yet acknowledged (FutureMessage, an asyncio.Future)
+        #: changelog writes not yet acknowledged: ``send_soon`` messages (FutureMessage,
+        #: an asyncio.Future) and :meth:`send_changelog_batch` batch futures
         self._queued: set[asyncio.Future[Any]] = set()
-        #: the first ``send_soon`` message that failed, and why (sticky)
-        self._failed: tuple[Any, BaseException] | None = None
+        #: the first changelog write that failed: (topic, partition, why) (sticky)
+        self._failed: tuple[str | None, int | None, BaseException] | None = None
+        #: where each batch future of :meth:`send_changelog_batch` goes
+        self._batch_tp: dict[asyncio.Future[Any], tuple[str, int]] = {}
 
     def send_soon(self, fut: Any) -> None:
         self._queued.add(fut)
@@ -383,12 +391,59 @@ class _DeliveringProducer(_aiokafka_driver.Producer):
         super().send_soon(fut)
 
     def _on_queued_done(self, fut: Any) -> None:
+        if fut not in self._queued:
+            return  # settled already (deliver_queued settles done futures itself)
         self._queued.discard(fut)
+        where: tuple[str | None, int | None] | None = self._batch_tp.pop(fut, None)
         if self._failed is None:
+            exc: BaseException | None
             if fut.cancelled():
-                self._failed = (fut, asyncio.CancelledError("the send was cancelled"))
-            elif fut.exception() is not None:
-                self._failed = (fut, fut.exception())
+                exc = asyncio.CancelledError("the send was cancelled")
+            else:
+                exc = fut.exception()
+            if exc is not None:
+                if where is None:  # a send_soon FutureMessage
+                    msg = fut.message
+                    topic = msg.channel.get_topic_name() if msg.channel is not None else None
+                    where = (topic, msg.partition)
+                self._failed = (where[0], where[1], exc)
+
+    def fail(self, topic: str, partition: int, exc: BaseException) -> None:
+        """Record a changelog write that could not even be queued (sticky, like a
+        failed acknowledgement): no flush, hence no offset commit, passes after it."""
+        if self._failed is None:
+            self._failed = (topic, partition, exc)
+
+    async def send_changelog_batch(
+        self, batch: Any, topic: str, partition: int, on_sent: Callable[[Any], None]
+    ) -> None:
+        """Queue ``batch`` (an aiokafka ``BatchBuilder`` from :meth:`create_batch`) to
+        ``topic[partition]``: one future for the whole batch instead of one per record.
+
+        ``on_sent(metadata)`` runs when Kafka acknowledged it (``metadata.offset`` is
+        the offset of its first record).  The batch counts as queued until then:
+        :meth:`flush` waits for it and raises :class:`DeliveryError` if it failed.
+        Raises :class:`DeliveryError` (sticky too) if aiokafka refuses the batch.
+        """
+        try:
+            fut = await self._ensure_producer().send_batch(batch, topic, partition=partition)
+        except Exception as exc:
+            self.fail(topic, partition, exc)
+            self._raise_failed()
+            raise  # unreachable: _raise_failed raised
+        self._queued.add(fut)
+        self._batch_tp[fut] = (topic, partition)
+
+        def _done(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                on_sent(f.result())
+            self._on_queued_done(f)
+
+        fut.add_done_callback(_done)
+
+    def create_batch(self) -> Any:
+        """An empty aiokafka ``BatchBuilder`` (the producer's batch size and compression)."""
+        return self._ensure_producer().create_batch()
 
     @property
     def queued(self) -> int:
@@ -398,14 +453,12 @@ class _DeliveringProducer(_aiokafka_driver.Producer):
     def _raise_failed(self) -> None:
         if self._failed is None:
             return
-        fut, exc = self._failed
-        msg = fut.message
-        topic = msg.channel.get_topic_name() if msg.channel is not None else None
+        topic, partition, exc = self._failed
         raise DeliveryError(
-            f"a changelog write to {topic}[{msg.partition}] was not delivered: {exc!r}; "
+            f"a changelog write to {topic}[{partition}] was not delivered: {exc!r}; "
             "no offset is committed after it (the events are re-applied after a restart)",
             topic=topic,
-            partition=msg.partition,
+            partition=partition,
         ) from exc
 
     async def deliver_queued(self) -> None:
@@ -424,10 +477,13 @@ class _DeliveringProducer(_aiokafka_driver.Producer):
             if not pending:
                 return
             buffer = self.buffer
-            if buffer.state != "running":
+            # batches (send_changelog_batch) are in aiokafka already; only send_soon
+            # messages wait for Faust's buffer
+            in_buffer = [f for f in pending if f not in self._batch_tp]
+            if in_buffer and buffer.state != "running":
                 reason = buffer.crash_reason if buffer.crashed else None
                 raise DeliveryError(
-                    f"{len(pending)} changelog write(s) still queued in Faust's producer "
+                    f"{len(in_buffer)} changelog write(s) still queued in Faust's producer "
                     f"buffer, which is {buffer.state}"
                     + (f" ({reason!r})" if reason is not None else "")
                     + ": they will not be sent; no offset is committed after them "
@@ -455,14 +511,91 @@ class _ReadCommittedTransport(_aiokafka_driver.Transport):
     Producer = _DeliveringProducer
 
 
+class _ChangelogBatches:
+    """The changelog records of one flush, in aiokafka batches per changelog partition.
+
+    Why: Faust's per-record path (``Table.send_changelog`` -> ``Topic.send_soon`` ->
+    ``ProducerBuffer`` -> aiokafka ``send``) makes a ``FutureMessage``, a buffer queue
+    entry, an aiokafka future and three callbacks per record, and a RocksDB put of the
+    persisted offset per record; a flush of N sessions wrote 2-4 N records.  Here the
+    records go into aiokafka ``BatchBuilder`` s (the producer's batch size and
+    compression: the same produce requests aiokafka's own accumulator would make), one
+    future per batch (:meth:`_DeliveringProducer.send_changelog_batch`), and the
+    table's persisted offset is set once per batch, to its last record's offset (what
+    Faust's ``Collection._on_changelog_sent`` sets per record).
+
+    Invariants: records of one changelog partition are queued in the order they were
+    added (a full batch is queued before the one that follows it; aiokafka keeps one
+    batch per partition in flight); every changelog write of the worker goes through
+    here (nothing else writes these partitions, so nothing interleaves); a batch that
+    cannot be queued or is not acknowledged makes every later flush raise
+    :class:`DeliveryError` (no offset commit).  The worker does not use Faust
+    transactions, so the persisted offset is set on acknowledgement, as Faust does
+    outside transactions.
+    """
+
+    def __init__(self, producer: _DeliveringProducer) -> None:
+        self._producer = producer
+        #: open batches: (topic, partition) -> (table, builder, records in it)
+        self._open: dict[tuple[str, int], tuple[Any, Any, int]] = {}
+        #: full batches waiting to be queued, in the order they filled
+        self._full: list[tuple[str, int, Any, Any, int]] = []
+        self.records = 0
+        self.batches = 0
+
+    def add(self, table: Any, partition: int, key: bytes, value: bytes) -> None:
+        topic: str = table.changelog_topic.get_topic_name()
+        tp = (topic, partition)
+        entry = self._open.get(tp)
+        if entry is None:
+            entry = (table, self._producer.create_batch(), 0)
+        if entry[1].append(key=key, value=value, timestamp=None) is None:  # full
+            if entry[2]:
+                self._full.append((topic, partition, *entry))
+            entry = (table, self._producer.create_batch(), 0)
+            # the first record of a batch always fits (aiokafka: an oversized one alone)
+            if entry[1].append(key=key, value=value, timestamp=None) is None:
+                raise RuntimeError(f"{topic}[{partition}]: an empty aiokafka batch refused")
+        self._open[tp] = (entry[0], entry[1], entry[2] + 1)
+        self.records += 1
+
+    async def send_full(self) -> None:
+        """Queue the batches that filled up (the open ones take more records)."""
+        full, self._full = self._full, []
+        for i, (topic, partition, table, batch, n) in enumerate(full):
+            try:
+                await self._send(topic, partition, table, batch, n)
+            except BaseException:
+                self._full = full[i + 1 :] + self._full  # not queued; dropped with this flush
+                raise
+
+    async def send_all(self) -> None:
+        """Queue every batch, full ones first (they precede the open ones)."""
+        await self.send_full()
+        opened, self._open = self._open, {}
+        for (topic, partition), (table, batch, n) in opened.items():
+            await self._send(topic, partition, table, batch, n)
+
+    async def _send(self, topic: str, partition: int, table: Any, batch: Any, n: int) -> None:
+        batch.close()
+        store = table.data
+
+        def on_sent(md: Any) -> None:
+            store.set_persisted_offset(md.topic_partition, md.offset + n - 1)
+
+        await self._producer.send_changelog_batch(batch, topic, partition, on_sent)
+        self.batches += 1
+
+
 class StateFlusher:
     """Writes the processor's collected values partition-explicitly: local store + changelog.
 
     Why not ``table[key] = value``: Faust takes the partition of a table write
     (store and changelog) from the *current stream event*, and a flush runs
     outside any event (commit, revoke, shutdown).  So we call the store's
-    per-partition DB (RocksDB) or dict (memory) and ``Table.send_changelog(partition,
-    ...)`` ourselves; the changelog callback still records the persisted offset.
+    per-partition DB (RocksDB) or dict (memory) ourselves and queue the changelog
+    records in batches per partition (:class:`_ChangelogBatches`), which also record
+    the persisted offsets.
     """
 
     #: A flush (encode + producer flush + store writes) slower than this is logged.
@@ -472,9 +605,11 @@ class StateFlusher:
     #: ...and after this many store + changelog writes.
     WRITE_CHUNK = 32
 
-    def __init__(self, processor: EventProcessor, tables: dict[str, Any]) -> None:
+    def __init__(self, processor: EventProcessor, tables: dict[str, Any], producer: Any) -> None:
         self.processor = processor
         self.tables = tables
+        #: the app's producer (a :class:`_DeliveringProducer`): changelog batches
+        self.producer = producer
         self.flushes = 0
         #: One flush at a time (a commit's chunked flush, the revoke flush).
         self.lock = asyncio.Lock()
@@ -482,6 +617,9 @@ class StateFlusher:
         self.max_flush_s = 0.0
         #: values a flush could not encode (each one stops the worker: FlushError)
         self.unencodable = 0
+        #: changelog records and batches queued so far (``/stats``)
+        self.changelog_records = 0
+        self.changelog_batches = 0
 
     def note_flush(self, values: int, seconds: float) -> None:
         """Record how long one commit-time flush took (``/stats``; slow ones are logged)."""
@@ -492,7 +630,18 @@ class StateFlusher:
         else:
             log.debug("state flush of %d value(s) took %.3f s", values, seconds)
 
-    def write(self, writes: list[TableWrite]) -> None:
+    def _batches(self) -> _ChangelogBatches:
+        producer = self.producer
+        if not isinstance(producer, _DeliveringProducer):
+            raise InternalError(
+                f"the worker app's producer is {type(producer).__name__}, not "
+                "_DeliveringProducer: changelog batches need it (create_app sets it up)"
+            )
+        return _ChangelogBatches(producer)
+
+    def write(self, writes: list[TableWrite], batches: _ChangelogBatches) -> None:
+        """Write ``writes`` to the local stores and add them to ``batches`` (no await:
+        the stores hold them when this returns; the caller queues the batches)."""
         for w in writes:
             table = self.tables[w.table]
             if w.partition is None:
@@ -504,14 +653,28 @@ class StateFlusher:
                 store._key_index[w.key] = w.partition
             else:  # memory store: a dict of raw keys (what changelog recovery writes)
                 store.data[w.key] = w.value
-            table.send_changelog(w.partition, w.key, w.value)
-        self.flushes += 1
+            batches.add(table, w.partition, w.key, w.value)
 
-    def flush_now(self) -> int:
-        """Collect and write everything dirty (no producer flush: the caller awaits it)."""
+    def _count(self, batches: _ChangelogBatches) -> None:
+        self.flushes += 1
+        self.changelog_records += batches.records
+        self.changelog_batches += batches.batches
+
+    def collect_now(self) -> tuple[int, _ChangelogBatches]:
+        """Collect and write everything dirty to the stores, with no await (so nothing
+        loads meanwhile); the caller queues the returned batches (:meth:`send`)."""
+        batches = self._batches()
         writes = self.processor.collect()  # no await: written before anything else loads
-        self.write(writes)
-        return len(writes)
+        self.write(writes, batches)
+        return len(writes), batches
+
+    async def send(self, batches: _ChangelogBatches) -> None:
+        """Queue the changelog batches of :meth:`collect_now` (no producer flush: the
+        caller awaits it)."""
+        try:
+            await batches.send_all()
+        finally:
+            self._count(batches)
 
     async def write_pending(
         self, pending: list[PendingWrite], producer_flush: Callable[[], Awaitable[Any]]
@@ -527,12 +690,15 @@ class StateFlusher:
         If anything fails before a value is written (producer flush, store), the
         unwritten values are handed back dirty (``EventProcessor.untake``), so a
         later flush writes them: a failed flush never loses another session's state.
+        A changelog batch that cannot be queued raises :class:`DeliveryError`
+        (sticky: no later flush passes either, so no offset is committed).
         """
         processor = self.processor
         writes: list[TableWrite] = []
         good: list[PendingWrite] = []
         failed: list[tuple[PendingWrite, Exception]] = []
         done = 0
+        batches = self._batches()
         try:
             slice_end = time.perf_counter() + self.SLICE_S
             for p in pending:
@@ -546,14 +712,17 @@ class StateFlusher:
                     slice_end = time.perf_counter() + self.SLICE_S
             await producer_flush()
             for i in range(0, len(writes), self.WRITE_CHUNK):
-                self.write(writes[i : i + self.WRITE_CHUNK])
+                self.write(writes[i : i + self.WRITE_CHUNK], batches)
                 processor.written(good[i : i + self.WRITE_CHUNK])
                 done = i + self.WRITE_CHUNK
-                await asyncio.sleep(0)
+                await batches.send_full()
+            await batches.send_all()
         except BaseException:
             processor.untake(good[done:])
             processor.untake(p for p, _ in failed)
             raise
+        finally:
+            self._count(batches)
         if failed:
             processor.untake(p for p, _ in failed)
             self.unencodable += len(failed)
@@ -708,6 +877,7 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
             MINUTES_TABLE: minutes,
             **({ENGINES_TABLE: engines} if engines is not None else {}),
         },
+        app.producer,
     )
     app.state_flusher = flusher
 
@@ -740,8 +910,9 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         # then make the changelog writes durable before another worker can recover
         # these partitions.
         async with flusher.lock:
-            n = flusher.flush_now()
+            n, batches = flusher.collect_now()
             processor.drop_caches()
+            await flusher.send(batches)
         if n:
             await app.producer.flush()
 
@@ -827,6 +998,8 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
             "dirty": processor.dirty,
             "flushed_values": processor.flushed_values,
             "flushes": flusher.flushes,
+            "changelog_records": flusher.changelog_records,
+            "changelog_batches": flusher.changelog_batches,
             "sessions_in_memory": len(processor.sessions_in_memory()),
             "evicted": processor.evicted,
             "in_flight": processor.in_flight,

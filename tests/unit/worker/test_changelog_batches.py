@@ -1,0 +1,344 @@
+"""Changelog writes in aiokafka batches (``_ChangelogBatches``): order, offsets, failures.
+
+Real Faust objects (app, tables, ``_DeliveringProducer``) and real aiokafka objects
+(an unstarted ``AIOKafkaProducer`` making the ``BatchBuilder`` s); no broker: the
+aiokafka ``send_batch`` is replaced by one that records each batch and hands back a
+future that the test resolves, as aiokafka's sender does after Kafka answers
+(``MessageBatch.done`` / ``failure``).  The records queued are read back from the
+batches' wire bytes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from streams.core.events import TraceEvent
+from streams.errors import DeliveryError
+from streams.settings import Settings
+from streams.worker.config import WorkerConfig
+
+T0 = 1_767_225_600_000
+
+
+def _app(tmp_path: Path) -> Any:
+    from streams.worker.faust_app import create_app
+
+    settings = Settings(bootstrap="127.0.0.1:1", prefix="tcb")
+    config = WorkerConfig(
+        store="memory://", data_dir=str(tmp_path), web_enabled=False, partitions=3
+    )
+    return create_app(settings, config)
+
+
+class FakeSender:
+    """Stands in for aiokafka's ``send_batch`` -> accumulator -> sender: records every
+    batch queued (topic, partition, records) and its future, in queue order."""
+
+    def __init__(self, fail_queue: BaseException | None = None) -> None:
+        self.sent: list[tuple[str, int, list[tuple[bytes, bytes]], asyncio.Future[Any]]] = []
+        self.fail_queue = fail_queue
+
+    async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any:
+        from aiokafka.record.default_records import DefaultRecordBatch
+
+        if self.fail_queue is not None:
+            raise self.fail_queue
+        records = [(r.key, r.value) for r in DefaultRecordBatch(bytes(batch._builder.build()))]
+        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.sent.append((topic, partition, records, fut))
+        return fut
+
+
+def _install(wapp: Any, sender: FakeSender, max_batch_size: int = 16384) -> None:
+    from aiokafka import AIOKafkaProducer
+
+    # never started; 16384 is aiokafka's (and Faust's) default batch size
+    aio = AIOKafkaProducer(bootstrap_servers="127.0.0.1:1", max_batch_size=max_batch_size)
+    aio.send_batch = sender.send_batch  # type: ignore[method-assign]
+    wapp.app.producer._producer = aio
+
+
+def _events(sessions: int, per_session: int) -> list[TraceEvent]:
+    out = []
+    for i in range(per_session):
+        for s in range(sessions):
+            out.append(
+                TraceEvent(
+                    "tool_call",
+                    f"s{s}",
+                    i,
+                    T0 + 1000 * i,
+                    call_id=f"c{i}",
+                    tool_name="read_file",
+                    input={"path": f"f{i}.py", "pad": "x" * 300},
+                )
+            )
+    return out
+
+
+def _apply(wapp: Any, events: list[TraceEvent]) -> None:
+    from streams.worker.web import key_partition
+
+    for ev in events:
+        wapp.processor.apply(ev, key_partition(ev.session_id, 3))
+
+
+async def _no_flush() -> None:
+    return None
+
+
+def _acked(topic: str, partition: int, base_offset: int) -> Any:
+    from aiokafka.structs import RecordMetadata, TopicPartition
+
+    tp = TopicPartition(topic, partition)
+    return RecordMetadata(topic, partition, tp, base_offset, -1, 0, 0)
+
+
+def test_a_flush_queues_every_value_once_per_partition_in_order(tmp_path: Path) -> None:
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender)
+        flusher = wapp.app.state_flusher
+        flusher.WRITE_CHUNK = 5  # several chunks: batches stay open across them
+        _apply(wapp, _events(sessions=40, per_session=3))
+        pending = wapp.processor.take_dirty()
+        expected = [p.encode() for p in pending]
+        await flusher.write_pending(pending, _no_flush)
+
+        # every value is in the stores and in exactly one queued batch of its partition
+        queued: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
+        for topic, partition, records, _ in sender.sent:
+            queued.setdefault((topic, partition), []).extend(records)
+        for w in expected:
+            table = flusher.tables[w.table]
+            assert table.data.data[w.key] == w.value
+        want: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}
+        for w in expected:
+            topic = flusher.tables[w.table].changelog_topic.get_topic_name()
+            want.setdefault((topic, w.partition), []).append((w.key, w.value))
+        assert queued == want  # same records, same order per partition, nothing else
+        # batched: a batch per 16 KB of a partition, not a future per record
+        assert len(want) <= len(sender.sent) < len(expected) // 4
+        assert flusher.changelog_records == len(expected)
+        assert wapp.app.producer.queued == len(sender.sent)
+        for topic, partition, _, fut in sender.sent:
+            fut.set_result(_acked(topic, partition, 0))
+        await asyncio.wait_for(wapp.app.producer.deliver_queued(), 5)
+        assert wapp.app.producer.queued == 0
+
+    asyncio.run(run())
+
+
+def test_batches_fill_up_in_order_and_set_the_last_offset_as_persisted(tmp_path: Path) -> None:
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender, max_batch_size=1024)
+        flusher = wapp.app.state_flusher
+        # one session, 60 minutes: 60 values of ~150 bytes for one partition of
+        # `minutes`: several 1 KB batches
+        events = [
+            TraceEvent(
+                "tool_call",
+                "s0",
+                i,
+                T0 + 60_000 * i,
+                call_id=f"c{i}",
+                tool_name="read_file",
+                input={"path": "f.py", "pad": "y" * 600},
+            )
+            for i in range(60)
+        ]
+        _apply(wapp, events)
+        pending = wapp.processor.take_dirty()
+        expected = [p.encode() for p in pending]
+        persisted: dict[str, list[tuple[int, int]]] = {}
+        for name, table in flusher.tables.items():
+            table.data.set_persisted_offset = (  # record what the callback sets
+                lambda tp, off, name=name: persisted.setdefault(name, []).append(
+                    (tp.partition, off)
+                )
+            )
+        await flusher.write_pending(pending, _no_flush)
+        minutes_topic = flusher.tables["minutes"].changelog_topic.get_topic_name()
+        minute_batches = [s for s in sender.sent if s[0] == minutes_topic]
+        assert len(minute_batches) >= 2, "the test needs more than one batch per partition"
+        got = [rec for _, _, records, _ in minute_batches for rec in records]
+        want = [(w.key, w.value) for w in expected if w.table == "minutes"]
+        assert got == want
+        # Kafka acknowledges them: base offsets as the broker would assign them
+        base = 100
+        for topic, partition, records, fut in sender.sent:
+            fut.set_result(_acked(topic, partition, base))
+            if topic == minutes_topic:
+                persisted_before = list(persisted.get("minutes", []))
+                await asyncio.sleep(0)  # done-callbacks run
+                assert persisted["minutes"][len(persisted_before) :] == [
+                    (partition, base + len(records) - 1)
+                ]
+            base += len(records)
+        await asyncio.sleep(0)
+        await wapp.app.producer.deliver_queued()  # all acknowledged: returns
+        assert wapp.app.producer.queued == 0
+        assert set(persisted) == {"sessions", "minutes", "engines"}
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("how", ["not acknowledged", "not queued"])
+def test_a_failed_batch_fails_every_later_flush(tmp_path: Path, how: str) -> None:
+    """A changelog batch Kafka did not take must never be followed by an offset commit:
+    the producer flush that precedes every commit (``_DeliveringProducer.flush``)
+    raises, now and later."""
+
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        boom = RuntimeError("broker said no")
+        sender = FakeSender(fail_queue=boom if how == "not queued" else None)
+        _install(wapp, sender)
+        flusher = wapp.app.state_flusher
+        producer = wapp.app.producer
+        _apply(wapp, _events(sessions=6, per_session=1))
+        pending = wapp.processor.take_dirty()
+        if how == "not queued":
+            with pytest.raises(DeliveryError, match=r"changelog\[\d\].*broker said no"):
+                await flusher.write_pending(pending, _no_flush)
+        else:
+            await flusher.write_pending(pending, _no_flush)
+            waiter = asyncio.ensure_future(producer.deliver_queued())
+            await asyncio.sleep(0.05)
+            assert not waiter.done()  # waits for every batch
+            topic, partition, _, fut = sender.sent[1]
+            for i, (t, p, _, f) in enumerate(sender.sent):
+                if i != 1:
+                    f.set_result(_acked(t, p, 0))
+            fut.set_exception(boom)
+            with pytest.raises(DeliveryError, match=rf"{topic}\[{partition}\].*broker said no"):
+                await waiter
+        with pytest.raises(DeliveryError, match="broker said no"):
+            await producer.flush()  # sticky: what _commit_offsets awaits before committing
+
+    asyncio.run(run())
+
+
+def test_the_revoke_flush_writes_the_stores_before_any_await(tmp_path: Path) -> None:
+    """``collect_now`` (revoke) writes the stores with no await, so the caches can be
+    dropped at once; the batches are queued after that."""
+
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender)
+        flusher = wapp.app.state_flusher
+        _apply(wapp, _events(sessions=5, per_session=2))
+        n, batches = flusher.collect_now()
+        assert n > 0 and sender.sent == []
+        wapp.processor.drop_caches()  # nothing dirty left: does not raise
+        await flusher.send(batches)
+        assert sum(len(r) for _, _, r, _ in sender.sent) == n
+        assert flusher.changelog_records == n
+
+    asyncio.run(run())
+
+
+def test_later_flushes_queue_after_earlier_ones_and_the_last_value_wins(tmp_path: Path) -> None:
+    """Three flushes of the same sessions (commit, commit, revoke), batches of 1 KB: per
+    changelog partition every key's values are queued in flush order, so recovery,
+    which keeps the last value of a key, gives what the stores hold."""
+
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender, max_batch_size=1024)
+        flusher = wapp.app.state_flusher
+        flusher.WRITE_CHUNK = 7
+        events = _events(sessions=12, per_session=3)
+        for round_ in range(3):
+            _apply(wapp, events[12 * round_ : 12 * (round_ + 1)])
+            if round_ < 2:
+                await flusher.write_pending(wapp.processor.take_dirty(), _no_flush)
+            else:
+                _, batches = flusher.collect_now()
+                await flusher.send(batches)
+        replayed: dict[tuple[str, bytes], bytes] = {}
+        seen: dict[tuple[str, bytes], list[bytes]] = {}
+        for topic, _, records, _ in sender.sent:
+            for key, value in records:
+                replayed[(topic, key)] = value  # what changelog recovery keeps
+                seen.setdefault((topic, key), []).append(value)
+        for table in flusher.tables.values():
+            topic = table.changelog_topic.get_topic_name()
+            stored = {(topic, k): v for k, v in table.data.data.items()}
+            assert {k: v for k, v in replayed.items() if k[0] == topic} == stored
+        sessions_topic = flusher.tables["sessions"].changelog_topic.get_topic_name()
+        counts = [
+            [json.loads(v)["events"] for v in vals]
+            for (t, _), vals in seen.items()
+            if t == sessions_topic
+        ]
+        assert counts and all(c == [1, 2, 3] for c in counts)  # one write per flush, in order
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("fail", [False, True])
+def test_a_failed_batch_stops_the_commit_before_any_offset_is_committed(
+    tmp_path: Path, fail: bool
+) -> None:
+    """The whole commit (``_ReadCommittedConsumer._commit_tps`` on the app's real
+    consumer): flush the state in batches, then Faust's ``_commit_offsets``, whose
+    producer flush waits for the batches.  One batch failing -> the worker crashes
+    with :class:`DeliveryError` and the offsets are never committed; all
+    acknowledged -> they are (the control that shows the spy sees commits)."""
+    from faust.types import TP
+
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender)
+        consumer = wapp.app.consumer
+        events_tp = TP(wapp.settings.events_topic, 0)
+        committed: list[dict[Any, int]] = []
+        crashed: list[BaseException] = []
+
+        async def _commit(offsets: dict[Any, int]) -> bool:
+            committed.append(dict(offsets))
+            return True
+
+        async def _crash(exc: BaseException) -> None:
+            crashed.append(exc)
+
+        consumer._filter_committable_offsets = lambda tps: {events_tp: 10}
+        consumer.assignment = lambda: {events_tp}
+        consumer._commit = _commit
+        consumer.crash = _crash
+        wapp.app.tables.on_commit = lambda offsets: None
+        _apply(wapp, _events(sessions=6, per_session=1))
+
+        async def kafka_answers() -> None:
+            while not sender.sent:  # the flush queues them, then waits for them
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(0.05)
+            for i, (topic, partition, _, fut) in enumerate(sender.sent):
+                if fail and i == 1:
+                    fut.set_exception(RuntimeError("broker said no"))
+                else:
+                    fut.set_result(_acked(topic, partition, 0))
+
+        answers = asyncio.ensure_future(kafka_answers())
+        did = await asyncio.wait_for(consumer._commit_tps([events_tp], False), 10)
+        await answers
+        if fail:
+            assert did is False and committed == []
+            assert len(crashed) == 1 and isinstance(crashed[0], DeliveryError)
+            assert "broker said no" in str(crashed[0])
+        else:
+            assert did is True and committed == [{events_tp: 10}] and crashed == []
+
+    asyncio.run(run())

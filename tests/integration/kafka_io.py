@@ -26,8 +26,10 @@ class SessionStreamPublisher(threading.Thread):
     events/s, and keeps going until :attr:`killed` is set (bounded: 120 s), so a
     stream is still flowing whenever a test kills its router.
 
-    ``published`` lists ``(session_id, seq)`` in order; ``errors`` holds delivery
-    errors; ``done`` is set after the final flush.
+    ``published`` lists ``(session_id, seq)`` in order, as handed to the producer;
+    ``errors`` holds delivery errors, and says so when the final flush left messages
+    unacknowledged (they are in ``published`` but may never reach the topics: a test
+    must not blame the router for them); ``done`` is set after the final flush.
     """
 
     def __init__(
@@ -68,7 +70,12 @@ class SessionStreamPublisher(threading.Thread):
             seq += 1
             producer.poll(0)
             time.sleep(0.008)  # ~1000 events/s over 8 sessions
-        producer.flush(30)
+        undelivered = producer.flush(30)
+        if undelivered:
+            self.errors.append(
+                f"the test's publisher: {undelivered} message(s) still unacknowledged after "
+                "flush(30) (counted in published, perhaps never written)"
+            )
         self.done.set()
 
 

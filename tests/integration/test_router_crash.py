@@ -127,6 +127,10 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
         router = start_router(settings, log_path, batch_size=40, batch_ms=30)
         pub.join(60)
         assert done.is_set() and not errors, errors
+        assert not pub.undelivered, (
+            f"the test's publisher left {pub.undelivered} message(s) unacknowledged "
+            "after flush(30): counted as published, perhaps never written (not the router)"
+        )
         total = len(published)
         assert total >= len(SESSIONS) * PER_SESSION
         deadline = time.monotonic() + 90

@@ -332,6 +332,10 @@ def test_at_least_once_sigkill_mid_stream_then_restart_loses_nothing(
         router = start_router(settings, log_path)  # default commit interval
         pub.join(90)
         assert done.is_set() and not errors, errors
+        assert not pub.undelivered, (
+            f"the test's publisher left {pub.undelivered} message(s) unacknowledged "
+            "after flush(30): counted as published, perhaps never written (not the router)"
+        )
         deadline = time.monotonic() + 90
         while set(events.event_keys()) != set(published):
             assert time.monotonic() < deadline, (len(events.messages), log_path.read_text())

@@ -103,3 +103,83 @@ def broker_pid(port: int) -> int | None:
         if f":{port}" in text:
             return int(proc.name)
     return None
+
+
+class BrokerProfile:
+    """Java Flight Recorder over a span of a benchmark: where the broker's CPU goes.
+
+    ``start()`` begins a recording on the broker JVM (``jcmd <pid> JFR.start``,
+    sampling profile settings), ``stop()`` writes it to ``path`` and returns the
+    frames that hold most execution samples, self and inclusive, as printable
+    lines.  Needs the JDK's ``jcmd`` and ``jfr`` on ``PATH`` (the broker runs on
+    that JDK); without them ``start()`` raises ``FileNotFoundError``, naming what is
+    missing, rather than printing an empty profile.
+    """
+
+    def __init__(self, pid: int, path: Path) -> None:
+        self.pid = pid
+        self.path = path
+        self.name = f"bench-{os.getpid()}"
+
+    def _jcmd(self, *args: str) -> None:
+        out = subprocess.run(
+            ["jcmd", str(self.pid), *args], capture_output=True, text=True, check=False
+        )
+        if out.returncode != 0 or "Could not" in out.stdout:
+            raise RuntimeError(f"jcmd {self.pid} {' '.join(args)}: {out.stdout}{out.stderr}")
+
+    def start(self) -> None:
+        import shutil
+
+        for tool in ("jcmd", "jfr"):
+            if shutil.which(tool) is None:
+                raise FileNotFoundError(
+                    f"{tool} (from the JDK) is not on PATH: needed by --broker-jfr"
+                )
+        self._jcmd("JFR.start", f"name={self.name}", "settings=profile")
+
+    def stop(self, top: int = 15) -> list[str]:
+        self._jcmd("JFR.stop", f"name={self.name}", f"filename={self.path}")
+        return jfr_top_frames(self.path, top)
+
+
+def jfr_top_frames(path: Path, top: int = 15) -> list[str]:
+    """The broker's CPU samples in ``path`` summed by Kafka request (``KafkaApis.handle<X>
+    Request`` on the stack, else the thread's name), then the ``top`` frames by self
+    and by inclusive share of ``jdk.ExecutionSample``."""
+    import collections
+    import re
+
+    text = subprocess.run(
+        ["jfr", "print", "--stack-depth", "128", "--events", "jdk.ExecutionSample", str(path)],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    frame = re.compile(r"^\s+([\w$.<>]+)\(", re.M)
+    request = re.compile(r"KafkaApis\.handle(\w+?)Request")
+    thread = re.compile(r'sampledThread = "([^"]+)"')
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    kinds: collections.Counter[str] = collections.Counter()
+    n = 0
+    for sample in text.split("jdk.ExecutionSample {")[1:]:
+        head, _, stack = sample.partition("stackTrace = [")
+        frames = frame.findall(stack)
+        if not frames:
+            continue
+        n += 1
+        own[frames[0]] += 1
+        incl.update(set(frames))
+        handled = sorted({m.group(1) for f in frames for m in [request.search(f)] if m})
+        if handled:
+            kinds[f"{handled[0]} requests"] += 1
+        else:
+            name = thread.search(head)
+            kinds["thread " + (re.sub(r"[-\d]+$", "", name.group(1)) if name else "?")] += 1
+    lines = [f"broker JFR profile: {n} execution samples ({path})", "  by request or thread:"]
+    lines += [f"    {100 * c / max(1, n):5.1f} %  {k}" for k, c in kinds.most_common(8)]
+    for title, counts in (("self", own), ("inclusive", incl)):
+        lines.append(f"  top {top} frames, {title}:")
+        lines += [f"    {100 * c / max(1, n):5.1f} %  {f}" for f, c in counts.most_common(top)]
+    return lines

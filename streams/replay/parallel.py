@@ -55,9 +55,6 @@ from streams.replay.state import StateReplay
 from streams.security import SecurityConfig, current
 from streams.serde import AssessmentWire, PatternRecord
 
-#: How often (events) a worker publishes its progress count.
-_TICK = 4096
-
 
 @dataclass(frozen=True, slots=True)
 class _Job:
@@ -198,21 +195,15 @@ def _work(job: _Job, counter: Any, results: Any, config: EngineConfig | None = N
             security=job.security,
             check=job.check,
         )
-        n = 0
 
-        def tick() -> None:
-            nonlocal n
-            n += 1
-            if n % _TICK == 0:
-                with counter.get_lock():
-                    counter.value += _TICK
+        def tick(records: int) -> None:
+            # per consumed batch, not per event: the parent's progress bar polls
+            with counter.get_lock():
+                counter.value += records
 
+        reader.on_batch = tick
         state = StateReplay(config) if job.compare_state else None
-        result = replay_events(
-            reader, config, on_event=tick, state=state, keep_records=job.keep_records
-        )
-        with counter.get_lock():
-            counter.value += n % _TICK
+        result = replay_events(reader, config, state=state, keep_records=job.keep_records)
         tables = None if state is None else (state.tables(), state.rejected, state.events)
         packed = pack_sessions(result.sessions)
         results.put(("ok", (packed, result.rejected, tables), reader.stats))

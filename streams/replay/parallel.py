@@ -74,6 +74,8 @@ class _Job:
     compare_state: bool = False
     #: build the ``analyze --json`` records (only ``--output jsonl`` needs them)
     keep_records: bool = True
+    #: records per ``consume`` (``TopicReader.batch_size``): outputs ship after each
+    batch_size: int = 10_000
 
 
 def split_plan(ranges: Sequence[PartitionRange], jobs: int) -> list[list[PartitionRange]]:
@@ -294,6 +296,7 @@ def _work(
             ranges=job.ranges,
             security=job.security,
             check=job.check,
+            batch_size=job.batch_size,
         )
         result = ReplayResult(None)
         outbox = Outbox(result.sessions)
@@ -349,6 +352,7 @@ class ParallelReplay:
         compare_state: bool = False,
         start_method: str | None = None,
         keep_records: bool = True,
+        batch_size: int = 10_000,
     ) -> None:
         self.shares = split_plan(ranges, jobs)
         sec = security if security is not None else current()
@@ -365,6 +369,7 @@ class ParallelReplay:
                 check,
                 compare_state,
                 keep_records,
+                batch_size,
             )
             for share in self.shares
         ]

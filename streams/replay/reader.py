@@ -24,6 +24,7 @@ Invariants:
   ``strict=True`` the first failure raises instead.  Nothing is skipped silently.
 * Within a partition, records come in offset order; partitions are read one
   after another in (topic, partition) order, so per-session order is kept.
+* When a read ends, ``stats.failures`` is in (topic, partition, offset) order.
 """
 
 from __future__ import annotations
@@ -531,6 +532,9 @@ class TopicReader(Generic[T]):
                 yield item
             if on_batch is not None:
                 on_batch(len(batch))
+        # partitions are consumed interleaved, in no fixed order: the report lists
+        # the failures by coordinates, as a parallel replay's merge does
+        stats.failures.sort(key=_failure_order)
 
     def _fail(
         self, topic: str, partition: int, offset: int, reason: str, exc: Exception | None = None
@@ -544,6 +548,10 @@ class TopicReader(Generic[T]):
                 offset=offset,
             ) from exc
         self.stats.failures.append(failure)
+
+
+def _failure_order(f: DecodeFailure) -> tuple[str, int, int]:
+    return f.topic, f.partition, f.offset
 
 
 def session_key_filter(

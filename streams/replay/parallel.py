@@ -49,8 +49,8 @@ from streams.errors import (
     ReplayReadError,
     UsageError,
 )
-from streams.replay.reader import DecodeFailure, PartitionRange, ReadStats
-from streams.replay.replay import ReplayResult, SessionReplay
+from streams.replay.reader import DecodeFailure, IngestCheck, PartitionRange, ReadStats
+from streams.replay.replay import ReplayResult, SessionReplay, _young_collections_batched
 from streams.replay.state import StateReplay
 from streams.security import SecurityConfig, current
 from streams.serde import AssessmentWire, PatternRecord
@@ -311,7 +311,19 @@ def _work(
 
         reader.on_batch = batch_done
         state = StateReplay(config) if job.compare_state else None
-        replay_events(reader, config, state=state, keep_records=job.keep_records, into=result)
+        # the reader's ingest check already ran the engine's event check on each event
+        check = job.check
+        prechecked = isinstance(check, IngestCheck) and all(
+            check.covers(r.topic) for r in job.ranges
+        )
+        replay_events(
+            reader,
+            config,
+            state=state,
+            keep_records=job.keep_records,
+            into=result,
+            prechecked=prechecked,
+        )
         tables = None if state is None else (state.tables(), state.rejected, state.events)
         last, summary = outbox.final()
         results.put(("ok", worker, (last, summary, result.rejected, tables), reader.stats))
@@ -429,41 +441,45 @@ class ParallelReplay:
         errors: list[tuple[str, str]] = []
         owners: dict[str, int] = {}
         pending = len(procs)
-        try:
-            while pending:
-                try:
-                    status, worker, payload, part_stats = results.get(timeout=0.2)
-                except queue.Empty:
-                    if on_progress is not None:
-                        on_progress(int(counter.value))
-                    dead = [p for p in procs if p.exitcode not in (None, 0)]
-                    if dead and results.empty():
-                        raise InternalError(
-                            f"replay worker exited with code {dead[0].exitcode} before reporting"
-                        ) from None
-                    continue
-                if status == "chunk":
-                    merge_chunk(merged.sessions, owners, worker, payload)
-                    continue
-                pending -= 1
-                if status != "ok":
-                    errors.append(payload)
-                    continue
-                last, summary, rejected, tables = payload
-                merge_chunk(merged.sessions, owners, worker, last)
-                merge_summary(merged.sessions, owners, worker, summary)
-                merged.rejected.extend(rejected)
-                if state is not None and tables is not None:
-                    state.absorb(*tables)
-                stats.records += part_stats.records
-                stats.decoded += part_stats.decoded
-                stats.bytes += part_stats.bytes
-                stats.failures.extend(part_stats.failures)
-        finally:
-            for p in procs:
-                p.join(timeout=10)
-                if p.is_alive():
-                    p.terminate()
+        # merging allocates the outputs (and keeps them): batch the collector's
+        # young collections as a replay does (~0.1 us per event less here)
+        with _young_collections_batched():
+            try:
+                while pending:
+                    try:
+                        status, worker, payload, part_stats = results.get(timeout=0.2)
+                    except queue.Empty:
+                        if on_progress is not None:
+                            on_progress(int(counter.value))
+                        dead = [p for p in procs if p.exitcode not in (None, 0)]
+                        if dead and results.empty():
+                            raise InternalError(
+                                f"replay worker exited with code {dead[0].exitcode} "
+                                "before reporting"
+                            ) from None
+                        continue
+                    if status == "chunk":
+                        merge_chunk(merged.sessions, owners, worker, payload)
+                        continue
+                    pending -= 1
+                    if status != "ok":
+                        errors.append(payload)
+                        continue
+                    last, summary, rejected, tables = payload
+                    merge_chunk(merged.sessions, owners, worker, last)
+                    merge_summary(merged.sessions, owners, worker, summary)
+                    merged.rejected.extend(rejected)
+                    if state is not None and tables is not None:
+                        state.absorb(*tables)
+                    stats.records += part_stats.records
+                    stats.decoded += part_stats.decoded
+                    stats.bytes += part_stats.bytes
+                    stats.failures.extend(part_stats.failures)
+            finally:
+                for p in procs:
+                    p.join(timeout=10)
+                    if p.is_alive():
+                        p.terminate()
         if errors:
             message = "parallel replay failed: " + "; ".join(text for _, text in errors)
             kinds = {kind for kind, _ in errors}

@@ -229,6 +229,14 @@ class IngestCheck:
     prefix: str
     max_message_bytes: int
 
+    def covers(self, topic: str) -> bool:
+        """True when every event of ``topic`` this check lets through passed the
+        router's ``event_error`` against its own session id (a session topic, or
+        ``<prefix>.events``); other topics are not checked at all."""
+        if topic == f"{self.prefix}.events":
+            return True
+        return _router_validate().session_id_of_topic(self.prefix, topic) is not None
+
     def __call__(self, event: object, topic: str, key: bytes | None, size: int) -> str | None:
         validate = _router_validate()
         event_error, session_id_of_topic = validate.event_error, validate.session_id_of_topic

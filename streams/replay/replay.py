@@ -140,6 +140,7 @@ def replay_events(
     state: StateReplay | None = None,
     keep_records: bool = True,
     into: ReplayResult | None = None,
+    prechecked: bool = False,
 ) -> ReplayResult:
     """Run the core over ``events`` (sessions may interleave); see the module doc.
 
@@ -166,11 +167,16 @@ def replay_events(
     done so far (a parallel worker ships its outputs in chunks that way).  Between
     two events every session's lists hold exactly the outputs of the events seen;
     ``tool_calls`` and ``final_severity`` are filled at the end.
+
+    ``prechecked=True``: every event already passed the router's ``event_error``
+    against its own session id (the reader's :class:`~streams.replay.reader.IngestCheck`
+    does that for a session topic or ``<prefix>.events``, see its ``covers``), so
+    the same check is not run a second time (~0.3 us per event).
     """
     if into is not None and (into.sessions or into.rejected):
         raise ConfigError("into", "the result to fill must be empty: pass ReplayResult(None)")
     with _young_collections_batched():
-        return _replay(events, config, on_event, state, keep_records, into)
+        return _replay(events, config, on_event, state, keep_records, into, prechecked)
 
 
 #: Allocations between two young-generation collections during a replay (CPython's
@@ -200,6 +206,7 @@ def _replay(
     state: StateReplay | None,
     keep_records: bool,
     into: ReplayResult | None = None,
+    prechecked: bool = False,
 ) -> ReplayResult:
     analyzer = OfflineAnalyzer(config if state is None else state.config)
     result = ReplayResult(None) if into is None else into
@@ -213,7 +220,7 @@ def _replay(
         if sr is None:
             sr = sessions[sid] = SessionReplay(sid)
         sr.events += 1
-        refused = event_error(event, sid, "")
+        refused = None if prechecked else event_error(event, sid, "")
         if refused is not None:
             # what the worker dead-letters (the router forwards it since "decode once")
             rejected.append((sid, event.seq, str(refused)))

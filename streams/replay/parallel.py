@@ -49,14 +49,11 @@ from streams.errors import (
     ReplayReadError,
     UsageError,
 )
-from streams.replay.reader import DecodeFailure, PartitionRange, ReadStats
-from streams.replay.replay import ReplayResult, SessionReplay
+from streams.replay.reader import DecodeFailure, IngestCheck, PartitionRange, ReadStats
+from streams.replay.replay import ReplayResult, SessionReplay, _young_collections_batched
 from streams.replay.state import StateReplay
 from streams.security import SecurityConfig, current
 from streams.serde import AssessmentWire, PatternRecord
-
-#: How often (events) a worker publishes its progress count.
-_TICK = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +74,8 @@ class _Job:
     compare_state: bool = False
     #: build the ``analyze --json`` records (only ``--output jsonl`` needs them)
     keep_records: bool = True
+    #: records per ``consume`` (``TopicReader.batch_size``): outputs ship after each
+    batch_size: int = 10_000
 
 
 def split_plan(ranges: Sequence[PartitionRange], jobs: int) -> list[list[PartitionRange]]:
@@ -170,15 +169,115 @@ def unpack_sessions(packed: list[tuple[Any, ...]]) -> dict[str, SessionReplay]:
     return out
 
 
+class Outbox:
+    """What a worker has not sent yet of the sessions it is replaying.
+
+    Why: a worker used to pickle all its outputs when it was done, and the parent
+    unpickled every worker's results one after another at the end, while the
+    cores that ran the workers sat idle (~0.1 s of a 2 s replay of 100,000 events).
+    Shipping the new outputs after every consumed batch moves that work into the
+    run.  Invariant: the chunks :meth:`take` returns, applied in order with
+    :func:`merge_chunk`, plus :meth:`final`, rebuild ``sessions`` exactly
+    (``tested``): each output is sent once, in its session's order.
+    """
+
+    def __init__(self, sessions: dict[str, SessionReplay]) -> None:
+        self._sessions = sessions
+        #: per session: (records, patterns, assessments) already sent
+        self._sent: dict[str, tuple[int, int, int]] = {}
+
+    def take(self) -> list[tuple[Any, ...]]:
+        """Packed outputs added since the last call: ``(session id, records,
+        pattern tuples, assessment tuples)`` per session that has any."""
+        chunk: list[tuple[Any, ...]] = []
+        sent = self._sent
+        for sid, sr in self._sessions.items():
+            r0, p0, a0 = sent.get(sid, (0, 0, 0))
+            r1, p1, a1 = len(sr.records), len(sr.patterns), len(sr.assessments)
+            if r1 == r0 and p1 == p0 and a1 == a0:
+                continue
+            chunk.append(
+                (
+                    sid,
+                    sr.records[r0:r1],
+                    [_pattern_values(p) for p in sr.patterns[p0:p1]],
+                    [_assessment_values(a) for a in sr.assessments[a0:a1]],
+                )
+            )
+            sent[sid] = (r1, p1, a1)
+        return chunk
+
+    def final(self) -> tuple[list[tuple[Any, ...]], list[tuple[str, int, int, str | None]]]:
+        """The last chunk and every session's ``(id, events, tool calls, final
+        severity)``, once the replay is done (sessions without outputs too)."""
+        summary = [
+            (sid, sr.events, sr.tool_calls, sr.final_severity) for sid, sr in self._sessions.items()
+        ]
+        return self.take(), summary
+
+
+def merge_chunk(
+    merged: dict[str, SessionReplay],
+    owners: dict[str, int],
+    worker: int,
+    chunk: list[tuple[Any, ...]],
+) -> None:
+    """Append a worker's chunk (:meth:`Outbox.take`) to the merged sessions.
+
+    ``owners`` maps each session to the worker that sent it: a session sent by two
+    workers (possible only if the events topic is keyed by something else than
+    the session id) is a :class:`UsageError`, never silently merged.
+    """
+    for sid, records, patterns, assessments in chunk:
+        sr = _owned(merged, owners, worker, sid)
+        sr.records.extend(records)
+        sr.patterns.extend(PatternRecord(*v) for v in patterns)
+        sr.assessments.extend(AssessmentWire(*v) for v in assessments)
+
+
+def merge_summary(
+    merged: dict[str, SessionReplay],
+    owners: dict[str, int],
+    worker: int,
+    summary: list[tuple[str, int, int, str | None]],
+) -> None:
+    """Set the per-session totals of a finished worker (:meth:`Outbox.final`)."""
+    for sid, events, tool_calls, final_severity in summary:
+        sr = _owned(merged, owners, worker, sid)
+        sr.events, sr.tool_calls, sr.final_severity = events, tool_calls, final_severity
+
+
+def _owned(
+    merged: dict[str, SessionReplay], owners: dict[str, int], worker: int, sid: str
+) -> SessionReplay:
+    owner = owners.setdefault(sid, worker)
+    if owner != worker:
+        raise UsageError(
+            f"session {sid!r} was read by two replay workers (is it keyed by "
+            "another id on the events topic?)"
+        )
+    sr = merged.get(sid)
+    if sr is None:
+        sr = merged[sid] = SessionReplay(sid)
+    return sr
+
+
 def _load_config(path: str | None) -> EngineConfig:
     from streams.core.config import load_config
 
     return load_config(path) if path else EngineConfig()
 
 
-def _work(job: _Job, counter: Any, results: Any, config: EngineConfig | None = None) -> None:
+def _work(
+    job: _Job, worker: int, counter: Any, results: Any, config: EngineConfig | None = None
+) -> None:
     """One worker's share.  ``config``: the parent's, when forked (then the
-    detector modules it imports are already loaded too); None when spawned."""
+    detector modules it imports are already loaded too); None when spawned.
+
+    Puts ``("chunk", worker, outputs)`` after each consumed batch that made
+    outputs (:class:`Outbox`), then one ``("ok", worker, (last chunk, summary,
+    rejected, tables), stats)`` or ``("error", worker, (kind, text), None)``.
+    """
     try:
         from streams.replay.reader import TopicReader, session_key_filter
         from streams.replay.replay import replay_events
@@ -197,25 +296,37 @@ def _work(job: _Job, counter: Any, results: Any, config: EngineConfig | None = N
             ranges=job.ranges,
             security=job.security,
             check=job.check,
+            batch_size=job.batch_size,
         )
-        n = 0
+        result = ReplayResult(None)
+        outbox = Outbox(result.sessions)
 
-        def tick() -> None:
-            nonlocal n
-            n += 1
-            if n % _TICK == 0:
-                with counter.get_lock():
-                    counter.value += _TICK
+        def batch_done(records: int) -> None:
+            # per consumed batch, not per event: progress, and the outputs so far
+            with counter.get_lock():
+                counter.value += records
+            chunk = outbox.take()
+            if chunk:
+                results.put(("chunk", worker, chunk, None))
 
+        reader.on_batch = batch_done
         state = StateReplay(config) if job.compare_state else None
-        result = replay_events(
-            reader, config, on_event=tick, state=state, keep_records=job.keep_records
+        # the reader's ingest check already ran the engine's event check on each event
+        check = job.check
+        prechecked = isinstance(check, IngestCheck) and all(
+            check.covers(r.topic) for r in job.ranges
         )
-        with counter.get_lock():
-            counter.value += n % _TICK
+        replay_events(
+            reader,
+            config,
+            state=state,
+            keep_records=job.keep_records,
+            into=result,
+            prechecked=prechecked,
+        )
         tables = None if state is None else (state.tables(), state.rejected, state.events)
-        packed = pack_sessions(result.sessions)
-        results.put(("ok", (packed, result.rejected, tables), reader.stats))
+        last, summary = outbox.final()
+        results.put(("ok", worker, (last, summary, result.rejected, tables), reader.stats))
     except BaseException as exc:  # reported to the parent, which re-raises
         # the branch of the tree travels too, so the parent raises the same kind
         # (the CLI's exit code depends on it): exceptions are not sent pickled
@@ -226,7 +337,7 @@ def _work(job: _Job, counter: Any, results: Any, config: EngineConfig | None = N
             if isinstance(exc, KafkaIOError)
             else ""
         )
-        results.put(("error", (kind, f"{type(exc).__name__}: {exc}"), None))
+        results.put(("error", worker, (kind, f"{type(exc).__name__}: {exc}"), None))
 
 
 class ParallelReplay:
@@ -253,6 +364,7 @@ class ParallelReplay:
         compare_state: bool = False,
         start_method: str | None = None,
         keep_records: bool = True,
+        batch_size: int = 10_000,
     ) -> None:
         self.shares = split_plan(ranges, jobs)
         sec = security if security is not None else current()
@@ -269,6 +381,7 @@ class ParallelReplay:
                 check,
                 compare_state,
                 keep_records,
+                batch_size,
             )
             for share in self.shares
         ]
@@ -301,10 +414,11 @@ class ParallelReplay:
             # every object it inherited: freeze them out of its collections
             gc.freeze()
         try:
-            for job in self._jobs:
+            for worker, job in enumerate(self._jobs):
                 # a forked child inherits its arguments (nothing is pickled), so the
                 # config object goes along; a spawned one loads it from the path
-                args = (job, self._counter, self._results, self._config if forking else None)
+                config = self._config if forking else None
+                args = (job, worker, self._counter, self._results, config)
                 p = ctx.Process(target=_work, args=args, daemon=True)
                 p.start()
                 self._procs.append(p)
@@ -325,44 +439,47 @@ class ParallelReplay:
         if self.compare_state:
             state = StateReplay(self._config or _load_config(self.config_path))
         errors: list[tuple[str, str]] = []
+        owners: dict[str, int] = {}
         pending = len(procs)
-        try:
-            while pending:
-                try:
-                    status, payload, part_stats = results.get(timeout=0.2)
-                except queue.Empty:
-                    if on_progress is not None:
-                        on_progress(int(counter.value))
-                    dead = [p for p in procs if p.exitcode not in (None, 0)]
-                    if dead and results.empty():
-                        raise InternalError(
-                            f"replay worker exited with code {dead[0].exitcode} before reporting"
-                        ) from None
-                    continue
-                pending -= 1
-                if status != "ok":
-                    errors.append(payload)
-                    continue
-                sessions = unpack_sessions(payload[0])
-                merged.rejected.extend(payload[1])
-                for sid, sr in sessions.items():
-                    if sid in merged.sessions:
-                        raise UsageError(
-                            f"session {sid!r} was read by two replay workers (is it keyed by "
-                            "another id on the events topic?)"
-                        )
-                    merged.sessions[sid] = sr
-                if state is not None and payload[2] is not None:
-                    state.absorb(*payload[2])
-                stats.records += part_stats.records
-                stats.decoded += part_stats.decoded
-                stats.bytes += part_stats.bytes
-                stats.failures.extend(part_stats.failures)
-        finally:
-            for p in procs:
-                p.join(timeout=10)
-                if p.is_alive():
-                    p.terminate()
+        # merging allocates the outputs (and keeps them): batch the collector's
+        # young collections as a replay does (~0.1 us per event less here)
+        with _young_collections_batched():
+            try:
+                while pending:
+                    try:
+                        status, worker, payload, part_stats = results.get(timeout=0.2)
+                    except queue.Empty:
+                        if on_progress is not None:
+                            on_progress(int(counter.value))
+                        dead = [p for p in procs if p.exitcode not in (None, 0)]
+                        if dead and results.empty():
+                            raise InternalError(
+                                f"replay worker exited with code {dead[0].exitcode} "
+                                "before reporting"
+                            ) from None
+                        continue
+                    if status == "chunk":
+                        merge_chunk(merged.sessions, owners, worker, payload)
+                        continue
+                    pending -= 1
+                    if status != "ok":
+                        errors.append(payload)
+                        continue
+                    last, summary, rejected, tables = payload
+                    merge_chunk(merged.sessions, owners, worker, last)
+                    merge_summary(merged.sessions, owners, worker, summary)
+                    merged.rejected.extend(rejected)
+                    if state is not None and tables is not None:
+                        state.absorb(*tables)
+                    stats.records += part_stats.records
+                    stats.decoded += part_stats.decoded
+                    stats.bytes += part_stats.bytes
+                    stats.failures.extend(part_stats.failures)
+            finally:
+                for p in procs:
+                    p.join(timeout=10)
+                    if p.is_alive():
+                        p.terminate()
         if errors:
             message = "parallel replay failed: " + "; ".join(text for _, text in errors)
             kinds = {kind for kind, _ in errors}
@@ -422,7 +539,10 @@ def replay_parallel(
 
 __all__ = [
     "DecodeFailure",
+    "Outbox",
     "ParallelReplay",
+    "merge_chunk",
+    "merge_summary",
     "pack_sessions",
     "replay_parallel",
     "single_threaded",

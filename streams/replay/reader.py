@@ -24,6 +24,7 @@ Invariants:
   ``strict=True`` the first failure raises instead.  Nothing is skipped silently.
 * Within a partition, records come in offset order; partitions are read one
   after another in (topic, partition) order, so per-session order is kept.
+* When a read ends, ``stats.failures`` is in (topic, partition, offset) order.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Literal, TypeVar, cast
+from typing import Any, Generic, Literal, TypeVar
 
 from streams.core.events import TraceEvent
 from streams.core.jsonl import iso_to_ms
@@ -228,6 +229,14 @@ class IngestCheck:
     prefix: str
     max_message_bytes: int
 
+    def covers(self, topic: str) -> bool:
+        """True when every event of ``topic`` this check lets through passed the
+        router's ``event_error`` against its own session id (a session topic, or
+        ``<prefix>.events``); other topics are not checked at all."""
+        if topic == f"{self.prefix}.events":
+            return True
+        return _router_validate().session_id_of_topic(self.prefix, topic) is not None
+
     def __call__(self, event: object, topic: str, key: bytes | None, size: int) -> str | None:
         validate = _router_validate()
         event_error, session_id_of_topic = validate.event_error, validate.session_id_of_topic
@@ -311,6 +320,9 @@ class TopicReader(Generic[T]):
         self.batch_size = batch_size
         self.timeout_s = timeout_s
         self.stats = ReadStats()
+        #: called with each consumed batch's record count after its values were
+        #: handed on (see :meth:`__iter__`); None: no call
+        self.on_batch: Callable[[int], None] | None = None
         config = dict(FAST_READ_CONFIG)
         config["bootstrap.servers"] = bootstrap
         config.update(client_config(security))
@@ -400,9 +412,16 @@ class TopicReader(Generic[T]):
         return sum(r.size for r in self.plan())
 
     # -- reading -----------------------------------------------------------
-    def raw(self, headers: bool = False) -> Iterator[Any]:
-        """``(topic, partition, offset, key, value)`` of every record in range, plus
-        the record's headers list as a sixth item when ``headers``."""
+    def batches(self) -> Iterator[list[Any]]:
+        """Every record in range, as lists of librdkafka messages (one per ``consume``).
+
+        Why lists: a replay spends a few microseconds per event in total, and one
+        generator hop plus a tuple per record is a visible share of that; a loop
+        over a list of messages is the cheapest way to hand them on.  Invariants:
+        every message in a list has no error and an offset in its partition's
+        ``[start, stop)``; partitions' messages keep their offset order; the read
+        ends when every partition reached its stop offset (or its EOF).
+        """
         from confluent_kafka import Consumer, KafkaError, TopicPartition
 
         ranges = [r for r in self.plan() if r.size > 0]
@@ -412,11 +431,12 @@ class TopicReader(Generic[T]):
         stops = {(r.topic, r.partition): r.stop for r in ranges}
         pending = set(stops)
         began = time.monotonic()
+        eof = KafkaError._PARTITION_EOF
         try:
             consumer.assign([TopicPartition(r.topic, r.partition, r.start) for r in ranges])
             idle_since = time.monotonic()
             while pending:
-                batch = consumer.consume(num_messages=self.batch_size, timeout=0.5)
+                batch: list[Any] = consumer.consume(num_messages=self.batch_size, timeout=0.5)
                 if not batch:
                     if time.monotonic() - idle_since > self.timeout_s:
                         left = ", ".join(f"{t}[{p}]" for t, p in sorted(pending))
@@ -430,66 +450,99 @@ class TopicReader(Generic[T]):
                         )
                     continue
                 idle_since = time.monotonic()
+                keep: list[Any] = []
+                append = keep.append
                 for msg in batch:
                     err = msg.error()
-                    topic = cast(str, msg.topic())
-                    partition = cast(int, msg.partition())
-                    tkey = (topic, partition)
+                    tkey = (msg.topic(), msg.partition())
                     if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
+                        if err.code() == eof:
                             pending.discard(tkey)
                             continue
                         raise ReplayReadError.from_kafka(
-                            f"reading {topic}[{partition}] on {self.bootstrap}: {err}",
+                            f"reading {tkey[0]}[{tkey[1]}] on {self.bootstrap}: {err}",
                             err,
-                            topic=topic,
-                            partition=partition,
+                            topic=tkey[0],
+                            partition=tkey[1],
                         )
                     if tkey not in pending:
                         continue  # past its stop offset (batch overshoot), or done
-                    offset = cast(int, msg.offset())
+                    offset = msg.offset()
                     stop = stops[tkey]
                     if offset >= stop:
                         pending.discard(tkey)
                         continue
                     if offset + 1 >= stop:
                         pending.discard(tkey)
-                    if headers:
-                        yield topic, partition, offset, msg.key(), msg.value(), msg.headers()
-                    else:
-                        yield topic, partition, offset, msg.key(), msg.value()
+                    append(msg)
+                if keep:
+                    yield keep
         finally:
             self.stats.elapsed_s += time.monotonic() - began
             consumer.close()
 
+    def raw(self, headers: bool = False) -> Iterator[Any]:
+        """``(topic, partition, offset, key, value)`` of every record in range, plus
+        the record's headers list as a sixth item when ``headers``."""
+        for batch in self.batches():
+            for msg in batch:
+                if headers:
+                    yield (
+                        msg.topic(),
+                        msg.partition(),
+                        msg.offset(),
+                        msg.key(),
+                        msg.value(),
+                        msg.headers(),
+                    )
+                else:
+                    yield msg.topic(), msg.partition(), msg.offset(), msg.key(), msg.value()
+
     def __iter__(self) -> Iterator[T]:
-        """Decoded values, failures recorded in ``stats`` (or raised when strict)."""
+        """Decoded values, failures recorded in ``stats`` (or raised when strict).
+
+        ``on_batch`` (attribute, optional) is called with the number of records
+        each consumed batch held once its values have all been handed on: the
+        progress hook of a parallel replay's worker, instead of a call per event.
+        """
         stats = self.stats
         decode = self.decode
         key_filter = self.key_filter
         check = self.check
-        for topic, partition, offset, key, value, headers in self.raw(headers=True):
-            if key_filter is not None and not key_filter(key):
-                continue
-            stats.records += 1
-            if value is None:
-                self._fail(topic, partition, offset, "no value (tombstone)")
-                continue
-            stats.bytes += len(value)
-            try:
-                item = decode(value)
-            except (SerdeError, TrajectoryError) as exc:
-                where = published_at(topic, partition, offset, headers)
-                self._fail(*where, f"{type(exc).__name__}: {exc}", exc)
-                continue
-            if check is not None:
-                refused = check(item, topic, key, len(value))
-                if refused is not None:
-                    where = published_at(topic, partition, offset, headers)
-                    self._fail(*where, f"refused as live ingest does: {refused}")
+        on_batch = self.on_batch
+        for batch in self.batches():
+            for msg in batch:
+                key = msg.key()
+                if key_filter is not None and not key_filter(key):
                     continue
-            stats.decoded += 1
-            yield item
+                stats.records += 1
+                value = msg.value()
+                if value is None:
+                    self._fail(msg.topic(), msg.partition(), msg.offset(), "no value (tombstone)")
+                    continue
+                size = len(value)
+                stats.bytes += size
+                try:
+                    item = decode(value)
+                except (SerdeError, TrajectoryError) as exc:
+                    where = published_at(msg.topic(), msg.partition(), msg.offset(), msg.headers())
+                    self._fail(*where, f"{type(exc).__name__}: {exc}", exc)
+                    continue
+                if check is not None:
+                    refused = check(item, msg.topic(), key, size)
+                    if refused is not None:
+                        where = published_at(
+                            msg.topic(), msg.partition(), msg.offset(), msg.headers()
+                        )
+                        self._fail(*where, f"refused as live ingest does: {refused}")
+                        continue
+                stats.decoded += 1
+                yield item
+            if on_batch is not None:
+                on_batch(len(batch))
+        # partitions are consumed interleaved, in no fixed order: the report lists
+        # the failures by coordinates, as a parallel replay's merge does
+        stats.failures.sort(key=_failure_order)
 
     def _fail(
         self, topic: str, partition: int, offset: int, reason: str, exc: Exception | None = None
@@ -503,6 +556,10 @@ class TopicReader(Generic[T]):
                 offset=offset,
             ) from exc
         self.stats.failures.append(failure)
+
+
+def _failure_order(f: DecodeFailure) -> tuple[str, int, int]:
+    return f.topic, f.partition, f.offset
 
 
 def session_key_filter(

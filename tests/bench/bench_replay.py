@@ -22,7 +22,10 @@ checks (``IngestCheck``) on every record and no ``analyze --json`` records
 
 Each line also prints CPU seconds per event (this process plus its reaped
 children): on the shared machine wall-clock rates move with the load average
-(printed first), CPU time per event much less.
+(printed first), CPU time per event much less.  A parallel line also says how
+much of it the parent spent (merging the workers' outputs) and how busy the
+``N`` cores were on average (CPU time / wall time / N: below 100 % is start-up,
+the merge's tail, a worker waiting, or other processes on the machine).
 
 With ``--profile`` the last pass runs under cProfile and the top functions by
 cumulative and own time are printed.  The topics are deleted at the end.
@@ -255,18 +258,21 @@ def main() -> None:
         plan = TopicReader(args.bootstrap, topics, lambda b: b).plan()
         for jobs in sorted({2, args.jobs}):
             method = start_method()  # what trajectory replay --jobs picks here
-            t, c = time.perf_counter(), _cpu_with_children()
+            t, c, own = time.perf_counter(), _cpu_with_children(), time.process_time()
             run = ParallelReplay(
                 args.bootstrap, plan, jobs=jobs, check=check, keep_records=args.records
             )
             run.start()
             merged, _, _ = run.wait()
             dt, cpu = time.perf_counter() - t, _cpu_with_children() - c
+            own = time.process_time() - own
+            n = merged.events
             name = f"... {jobs} processes"
             print(
-                f"{name:<20} {merged.events:>8} events  {dt:6.2f} s  "
-                f"{merged.events / dt:>10,.0f} events/s  cpu {cpu / merged.events * 1e6:5.1f} "
-                f"us/event  ({method}, incl. process start-up)"
+                f"{name:<20} {n:>8} events  {dt:6.2f} s  "
+                f"{n / dt:>10,.0f} events/s  cpu {cpu / n * 1e6:5.1f} "
+                f"us/event  ({method}, incl. process start-up; parent {own / n * 1e6:.1f} "
+                f"us/event, cores busy {cpu / dt / jobs:.0%})"
             )
         f, d, c = (r[2] for r in rows)
         print(

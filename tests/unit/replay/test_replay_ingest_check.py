@@ -65,3 +65,35 @@ def test_a_forwarded_record_is_located_where_it_was_published() -> None:
     assert published_at("p.events", 2, 900, src) == ("p.session.s1", 0, 41)
     assert published_at("p.events", 2, 900, None) == ("p.events", 2, 900)
     assert published_at("p.events", 2, 900, [("src.topic", b"x")]) == ("p.events", 2, 900)
+
+
+def test_the_check_covers_session_topics_and_the_events_topic_only() -> None:
+    assert CHECK.covers("p.session.s1") and CHECK.covers("p.events")
+    assert not CHECK.covers("q.session.s1") and not CHECK.covers("p.patterns")
+    assert not CHECK.covers("p.session.bad/id")
+
+
+def test_a_prechecked_replay_of_what_the_check_let_through_is_the_checked_replay() -> None:
+    """``replay_events(prechecked=True)`` skips the engine's event check only
+    because the reader's check already ran it: on the events that check lets
+    through, the outputs are those of the checked replay; the refused event is
+    the reader's failure instead of the replay's rejection."""
+    from dataclasses import replace
+
+    from replay_sessions import T0, failing_session
+
+    from streams.replay.replay import replay_events
+
+    evs = failing_session("s1", T0)
+    bad = replace(evs[5], seq=-1)
+    evs = [*evs[:5], bad, *evs[5:]]
+    checked = replay_events(evs)
+    assert [r[:2] for r in checked.rejected] == [("s1", -1)]
+    passed = [e for e in evs if CHECK(e, "p.session.s1", None, 10) is None]
+    assert passed == [e for e in evs if e is not bad]
+    pre = replay_events(passed, prechecked=True)
+    assert pre.rejected == [] and pre.sessions["s1"].patterns
+    expected = replay_events(passed)
+    assert pre.sessions == expected.sessions
+    assert pre.sessions["s1"].patterns == checked.sessions["s1"].patterns
+    assert pre.sessions["s1"].assessments == checked.sessions["s1"].assessments

@@ -12,17 +12,20 @@ import pytest
 from replay_sessions import T0, failing_session
 
 from streams.core.config import EngineConfig
-from streams.errors import ConfigError
+from streams.errors import ConfigError, UsageError
 from streams.replay import parallel
 from streams.replay.parallel import (
+    Outbox,
     ParallelReplay,
+    merge_chunk,
+    merge_summary,
     pack_sessions,
     single_threaded,
     start_method,
     unpack_sessions,
 )
 from streams.replay.reader import PartitionRange
-from streams.replay.replay import REPLAY_GC_THRESHOLD0, replay_events
+from streams.replay.replay import REPLAY_GC_THRESHOLD0, ReplayResult, SessionReplay, replay_events
 
 
 def test_a_running_thread_means_spawn_and_fork_is_refused() -> None:
@@ -111,8 +114,61 @@ def test_forked_workers_get_the_parent_config_and_spawned_ones_load_it(
         monkeypatch.setattr(parallel, "start_method", lambda requested, m=method: m)
         run.start()
         assert len(started) == 2
-        configs = [args[3] for args in started]
+        configs = [args[-1] for args in started]
         if config_given:
             assert isinstance(configs[0], EngineConfig) and configs[0] is configs[1]
         else:
             assert configs == [None, None]
+
+
+@pytest.mark.parametrize("keep_records", [True, False])
+@pytest.mark.parametrize("every", [1, 3, 1000])
+def test_outputs_shipped_in_chunks_while_replaying_merge_to_the_same_sessions(
+    keep_records: bool, every: int
+) -> None:
+    """A worker ships its new outputs after each batch (here: every ``every``
+    events) and its totals at the end; the parent's merge of the chunks is the
+    replay's result, each output once and in order, whatever the chunk size."""
+    a, b = failing_session("s2", T0), failing_session("s1", T0 + 50)
+    evs = [ev for pair in zip(a, b, strict=True) for ev in pair]  # sessions interleave
+    expected = replay_events(evs, keep_records=keep_records)
+    assert all(s.patterns and s.assessments for s in expected.sessions.values())
+    live = ReplayResult(None)
+    outbox = Outbox(live.sessions)
+    chunks: list[list[tuple[Any, ...]]] = []
+    seen = 0
+
+    def hook() -> None:
+        nonlocal seen
+        seen += 1
+        if seen % every == 0:
+            chunks.append(pickle.loads(pickle.dumps(outbox.take())))
+
+    replay_events(evs, on_event=hook, keep_records=keep_records, into=live)
+    last, summary = pickle.loads(pickle.dumps(outbox.final()))
+    assert outbox.take() == []  # everything was sent exactly once
+    merged: dict[str, SessionReplay] = {}
+    owners: dict[str, int] = {}
+    for chunk in chunks:
+        merge_chunk(merged, owners, 0, chunk)
+    merge_chunk(merged, owners, 0, last)
+    merge_summary(merged, owners, 0, summary)
+    assert merged == expected.sessions
+    if every == 1:
+        assert len([c for c in chunks if c]) > 2  # the outputs did travel in pieces
+
+
+def test_a_session_from_two_workers_is_an_error_not_a_merge() -> None:
+    result = replay_events(failing_session("s1", T0))
+    chunk, summary = Outbox(result.sessions).final()
+    merged: dict[str, SessionReplay] = {}
+    owners: dict[str, int] = {}
+    merge_chunk(merged, owners, 0, chunk)
+    with pytest.raises(UsageError, match="'s1' was read by two replay workers"):
+        merge_summary(merged, owners, 1, summary)
+
+
+def test_replay_into_a_used_result_is_refused() -> None:
+    used = replay_events(failing_session("s1", T0, n=2))
+    with pytest.raises(ConfigError, match="into: the result to fill must be empty"):
+        replay_events(failing_session("s1", T0, n=2), into=used)

@@ -372,11 +372,25 @@ def _restamped(
     return new
 
 
+#: :attr:`_DetectorSlot.snap` when the detector was called since its last snapshot.
+_STALE: Final[Any] = object()
+
+
 class _DetectorSlot:
     """A built detector and how to snapshot it; ``detect`` and ``on_event`` are its
-    bound methods, looked up once (they run on every call / every event)."""
+    bound methods, looked up once (they run on every call / every event).
 
-    __slots__ = ("detect", "detector", "factory", "name", "on_event")
+    ``snap`` is the detector's last ``snapshot()`` value, or ``_STALE``.  Invariant:
+    whatever calls into the detector (``detect``, ``on_event``, ``reset``) sets it
+    to ``_STALE`` first.  A detector's state is what the builder's calls made it
+    (detectors see events only through the builder, and time only as event time),
+    so a snapshot taken with no call since is still its snapshot, and
+    :meth:`TrajectoryBuilder.snapshot` hands out that very object again: most
+    events complete no tool call, and re-building (then re-encoding) each
+    detector's snapshot at every commit was a large part of a worker's CPU.
+    """
+
+    __slots__ = ("detect", "detector", "factory", "name", "on_event", "snap")
 
     def __init__(self, factory: Any, detector: PatternDetector) -> None:
         self.factory = factory
@@ -384,6 +398,7 @@ class _DetectorSlot:
         self.name = detector.name
         self.detect = detector.detect
         self.on_event: Any = getattr(detector, "on_event", None)
+        self.snap: Any = _STALE
 
 
 def _event_slots(slots: list[_DetectorSlot]) -> tuple[_DetectorSlot, ...]:
@@ -467,6 +482,7 @@ class TrajectoryBuilder:
         """Forget everything (as if no event had been seen)."""
         self._init_state()
         for slot in self._slots:
+            slot.snap = _STALE
             slot.detector.reset()
 
     # ----------------------------------------------------------------- events
@@ -482,6 +498,7 @@ class TrajectoryBuilder:
         more: list[TrajectoryPattern] = []
         active = self._active
         for slot in self._event_slots:
+            slot.snap = _STALE
             pattern = slot.on_event(ev, self)
             if pattern is None and slot.name not in active:
                 continue  # nothing seen, nothing to clear: what _settle would conclude
@@ -655,6 +672,7 @@ class TrajectoryBuilder:
         fired: list[TrajectoryPattern] = []
         active = self._active
         for slot in self._slots:
+            slot.snap = _STALE
             pattern = slot.detect(self)
             if pattern is None and slot.name not in active:
                 continue  # nothing seen, nothing to clear: what _settle would conclude
@@ -814,8 +832,11 @@ class TrajectoryBuilder:
         """Capture the full state as plain frozen values (see :meth:`build_from`)."""
         dets: list[tuple[str, Any]] = []
         for slot in self._slots:
-            snap = getattr(slot.detector, "snapshot", None)
-            dets.append((slot.name, snap() if callable(snap) else None))
+            snap = slot.snap
+            if snap is _STALE:  # called since its last snapshot (see _DetectorSlot)
+                take = getattr(slot.detector, "snapshot", None)
+                snap = slot.snap = take() if callable(take) else None
+            dets.append((slot.name, snap))
         return AnalysisState(
             window=tuple(self._window),
             turn_count=self._turns,

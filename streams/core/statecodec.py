@@ -397,16 +397,29 @@ class _Slow(Exception):
 # afresh every time (a dict or list may have changed in place; the field itself
 # cannot be rebound, the dataclass being frozen).
 #
-# A record holding other records (a composite) is only cached when it is met a
-# second time.  The spine of a state -- the SessionState, its analysis state,
-# every detector's snapshot -- is built afresh by each ``snapshot()`` call and
-# never met again, and caching it would copy most of the state's text into the
-# cache on every encode; the records it holds are cached on their own, so
-# writing a fresh composite is mostly joining cached texts.  Composites seen once
-# wait in ``_probation`` (id -> object: kept alive so that the id of a dead one
-# cannot let another object in), which is emptied when it holds more than
-# ``_PROBATION_LIMIT``.  Records holding no other record (most of them: tool
-# call records, observations, patterns) are cached at once.
+# Composites.  A record holding other records (a composite) that holds a dict
+# or list somewhere below, or whose text is longer than ``_FRAGMENT_MAX_CHARS``,
+# is only cached when it is met a second time.  The spine of a state -- the
+# SessionState and its analysis state, which hold the trajectory window (tool
+# call records with their ``params`` dicts) -- is built afresh by each
+# ``snapshot()`` call and never met again, and caching it would copy most of
+# the state's text into the cache on every encode; the records it holds are
+# cached on their own, so writing a fresh composite is mostly joining cached
+# texts.  Composites seen once wait in ``_probation`` (id -> object: kept alive
+# so that the id of a dead one cannot let another object in), which is emptied
+# when it holds more than ``_PROBATION_LIMIT``.
+#
+# A deeply immutable composite of at most ``_FRAGMENT_MAX_CHARS`` is cached at
+# once: a detector's snapshot, which the analysis builder hands out again, the
+# very same object, at every commit until a call reaches that detector (most
+# events complete no tool call; streams/core/analysis.py ``_DetectorSlot``).
+# Waiting for a second sight made that first re-encode a full write, and with
+# one event per session per commit the snapshot is mostly replaced after one or
+# two re-encodes.  Such texts are a few KB, so besides the entry count their
+# characters bound a generation too: it becomes the old one after
+# ``_COMPOSITE_CHARS`` characters of composite text.  Records holding no other
+# record (most of them: tool call records, observations, patterns) are cached
+# at once, as before.
 #
 # An entry is ``(obj, cached)``: it keeps ``obj`` alive, so its id cannot be
 # reused by another object while the entry exists, and a lookup also checks
@@ -431,23 +444,42 @@ _frag_new: dict[int, tuple[object, _Cached]] = {}
 _frag_old: dict[int, tuple[object, _Cached]] = {}
 #: id -> record seen once: records holding other records wait here (see above).
 _probation: dict[int, object] = {}
+#: Characters of composite text a cache generation takes before it becomes the
+#: old one (see "Composites" above): bounds the memory of composite texts to about
+#: twice this many characters.
+_COMPOSITE_CHARS: int = 16_000_000
+#: Characters of composite text remembered in the current generation.
+_composite_chars: int = 0
 
 
 def clear_fragment_cache() -> None:
     """Forget every memoized fragment (for tests and benchmarks)."""
-    global _frag_new, _frag_old, _probation
+    global _frag_new, _frag_old, _probation, _composite_chars
     _frag_new = {}
     _frag_old = {}
     _probation = {}
+    _composite_chars = 0
+
+
+def _remember_composite(ident: int, entry: tuple[object, str]) -> None:
+    """:func:`_remember` for the text of a composite, counting its characters."""
+    global _frag_new, _frag_old, _composite_chars
+    _composite_chars += len(entry[1])
+    _frag_new[ident] = entry
+    if _composite_chars > _COMPOSITE_CHARS or len(_frag_new) > _FRAGMENT_CACHE_LIMIT:
+        _frag_old = _frag_new
+        _frag_new = {}
+        _composite_chars = 0
 
 
 def _remember(ident: int, entry: tuple[object, _Cached]) -> None:
-    global _frag_new, _frag_old
+    global _frag_new, _frag_old, _composite_chars
     new = _frag_new
     new[ident] = entry
     if len(new) > _FRAGMENT_CACHE_LIMIT:
         _frag_old = new
         _frag_new = {}
+        _composite_chars = 0
 
 
 def _on_probation(ident: int, value: object) -> None:
@@ -630,9 +662,13 @@ def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:
     parts.append(closing)
     active.discard(ident)
     text = "".join(parts)
-    if cx.records != records and _probation.pop(ident, None) is not value:
-        _on_probation(ident, value)  # holds other records: cached when seen again
-        return text
+    if cx.records != records:  # a composite (see "Composites" above)
+        if not fresh and len(text) <= _FRAGMENT_MAX_CHARS:
+            _remember_composite(ident, (value, text))  # deeply immutable: at once
+            return text
+        if _probation.pop(ident, None) is not value:
+            _on_probation(ident, value)  # cached when seen again
+            return text
     if not fresh:
         if len(text) <= _FRAGMENT_MAX_CHARS:
             _remember(ident, (value, text))

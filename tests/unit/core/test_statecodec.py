@@ -785,29 +785,33 @@ def test_a_cycle_made_after_caching_is_still_detected() -> None:
 def test_records_holding_records_are_cached_when_met_again(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """A composite with a dict or list below (the spine of a state: its window
+    holds ``params`` dicts) waits for a second sight before it is cached."""
     from streams.core import statecodec as codec
 
     inner = Leaf("in")
-    outer = Node(1, inner, (Leaf(2),))
+    outer = Node(1, inner, [Leaf(2)])
     assert to_canonical(outer) == reference_canonical(outer)
     assert id(inner) in codec._frag_new  # holds no record: cached at once
     assert id(outer) not in codec._frag_new and codec._probation[id(outer)] is outer
     # an equal but different composite is not let in by the first one's visit
-    twin = Node(1, inner, (Leaf(2),))
+    twin = Node(1, inner, [Leaf(2)])
     assert to_canonical(twin) == reference_canonical(outer)
     assert id(twin) not in codec._frag_new and id(twin) in codec._probation
     assert to_canonical(outer) == reference_canonical(outer)  # met again: cached
-    assert codec._frag_new[id(outer)] == (outer, to_canonical(outer).decode())
+    assert codec._frag_new[id(outer)][0] is outer
     assert id(outer) not in codec._probation
+    outer.right.append(Leaf(3))  # its list is written afresh: the change shows
+    assert to_canonical(outer) == reference_canonical(outer)
     # a waiting entry for another object under the same id lets nothing in
-    other = Node(2, inner)
+    other = Node(2, inner, [])
     codec._probation[id(other)] = outer
     assert to_canonical(other) == reference_canonical(other)
     assert id(other) not in codec._frag_new and codec._probation[id(other)] is other
     # the waiting room is bounded
     monkeypatch.setattr(codec, "_PROBATION_LIMIT", 3)
     codec.clear_fragment_cache()
-    nodes = [Node(i, Leaf(i)) for i in range(4)]
+    nodes = [Node(i, Leaf(i), [i]) for i in range(4)]
     for node in nodes[:3]:
         to_canonical(node)
     assert [codec._probation.get(id(x)) is x for x in nodes] == [True, True, True, False]
@@ -821,6 +825,42 @@ def test_records_holding_records_are_cached_when_met_again(
         to_canonical(node)
         to_canonical(node)
     assert all(codec._frag_new[id(x)][0] is x for x in nodes[:3])
+
+
+def test_deeply_immutable_composites_are_cached_at_once_within_a_char_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A detector's snapshot (records of records, no dict or list) is handed out
+    again by the builder until the detector runs: its first re-encode hits."""
+    from streams.core import statecodec as codec
+
+    codec.clear_fragment_cache()
+    outer = Node(1, Leaf("in"), (Leaf(2), Leaf(3)))
+    text = to_canonical(outer).decode()
+    assert text == reference_canonical(outer).decode()
+    assert codec._frag_new[id(outer)] == (outer, text) and id(outer) not in codec._probation
+    assert codec._composite_chars == len(text)
+    # an equal but different composite gets its own entry, the first one's is kept
+    twin = Node(1, Leaf("in"), (Leaf(2), Leaf(3)))
+    assert to_canonical(twin).decode() == text
+    assert codec._frag_new[id(twin)][0] is twin and codec._frag_new[id(outer)][0] is outer
+    # too long: not cached at once (nor later), waits like the spine
+    long_one = Node(2, Leaf("x" * codec._FRAGMENT_MAX_CHARS), (Leaf(1),))
+    assert to_canonical(long_one) == reference_canonical(long_one)
+    assert id(long_one) not in codec._frag_new and codec._probation[id(long_one)] is long_one
+    # the characters of composite text bound a generation
+    nodes = [Node(i, Leaf("in"), (Leaf(2), Leaf(3))) for i in range(10, 13)]
+    monkeypatch.setattr(codec, "_COMPOSITE_CHARS", 2 * len(to_canonical(nodes[0])))
+    codec.clear_fragment_cache()
+    to_canonical(nodes[0])
+    to_canonical(nodes[1])
+    assert all(codec._frag_new[id(x)][0] is x for x in nodes[:2])
+    to_canonical(nodes[2])  # over the budget: the generation becomes the old one
+    assert not codec._frag_new and codec._composite_chars == 0
+    assert all(codec._frag_old[id(x)][0] is x for x in nodes)
+    for node in nodes:  # still hits (moved back to the new generation), same text
+        assert to_canonical(node) == reference_canonical(node)
+        assert codec._frag_new[id(node)][0] is node
 
 
 # ------------------------------------------------------- (d) stable state type tags

@@ -1,0 +1,118 @@
+"""Per-commit state flush cost of the worker's engine table, without Kafka (a
+script, no assertions): snapshot(), canonical encode, zlib, per session per commit.
+
+It replays what the paced worker bench does to the core (``bench_worker.py --rate
+R --sessions S``): S simulated sessions (``bench_worker.paced_events``: the four
+kinds in turn, round-robin, one event of each session per round), and after each
+round every session the round touched is flushed the way the worker flushes it
+(``SessionEngine.snapshot()``, then ``encode_state``, then zlib level 1, as
+``encode_state(..., compress=True)`` does).  The worker's GC thresholds are set
+(streams/commands/worker.py), as a long-lived heap of S sessions makes the
+collector part of the cost.  The first ``--warmup`` rounds are not timed.
+
+It prints process CPU µs per session-commit for each step, the state's size
+(canonical JSON and deflated bytes), which parts of a state hold its bytes, and
+``uptime`` load.  Example::
+
+    python tests/bench/bench_statecodec.py --sessions 1000 --rounds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+import zlib
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench_worker import paced_events
+
+from streams.core.config import EngineConfig
+from streams.core.engine import SessionEngine, SessionState
+from streams.core.statecodec import encode_state, to_canonical
+
+
+def parts(states: list[SessionState]) -> dict[str, int]:
+    """Mean canonical bytes of the biggest parts of ``states`` (analysis fields and
+    each detector's snapshot separately)."""
+    sizes: Counter[str] = Counter()
+    for st in states:
+        for name in ("history", "current", "observer_states", "budget"):
+            sizes[name] += len(to_canonical(getattr(st, name)))
+        analysis = st.analysis
+        for name in analysis.__dataclass_fields__:
+            if name != "detectors":
+                sizes[f"analysis.{name}"] += len(to_canonical(getattr(analysis, name)))
+        for name, snap in analysis.detectors:
+            sizes[f"detector.{name}"] += len(to_canonical(snap))
+    return {k: v // len(states) for k, v in sizes.most_common(10)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sessions", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=30, help="commits per session")
+    ap.add_argument("--warmup", type=int, default=5, help="untimed rounds first")
+    args = ap.parse_args()
+    gc.set_threshold(10_000, 50, 100)  # as the worker does
+    cfg = EngineConfig()
+    engines: dict[str, SessionEngine] = {}
+    events = paced_events(args.sessions)
+    spent = {"snapshot": 0.0, "encode": 0.0, "zlib": 0.0}
+    json_sizes: list[int] = []
+    deflated: list[int] = []
+    flushes = 0
+    clock = time.process_time
+    for rnd in range(args.rounds):
+        touched: list[SessionEngine] = []
+        for _ in range(args.sessions):
+            ev = next(events)
+            engine = engines.get(ev.session_id)
+            if engine is None:
+                engine = engines[ev.session_id] = SessionEngine.create(ev.session_id, cfg)
+            engine.on_event(ev)
+            touched.append(engine)
+        timed = rnd >= args.warmup
+        for engine in touched:
+            t0 = clock()
+            state = engine.snapshot()
+            t1 = clock()
+            data = encode_state(state)
+            t2 = clock()
+            packed = zlib.compress(data, 1)
+            t3 = clock()
+            if timed:
+                spent["snapshot"] += t1 - t0
+                spent["encode"] += t2 - t1
+                spent["zlib"] += t3 - t2
+                json_sizes.append(len(data))
+                deflated.append(len(packed) + 1)
+                flushes += 1
+    live = [e.snapshot() for e in engines.values() if e.last_seq >= 0][:2000]
+    report = {
+        "sessions": args.sessions,
+        "rounds": args.rounds,
+        "flushes": flushes,
+        **{f"{k}_us": round(v / flushes * 1e6, 1) for k, v in spent.items()},
+        "flush_us": round(sum(spent.values()) / flushes * 1e6, 1),
+        "json_bytes_mean": round(statistics.mean(json_sizes)),
+        "json_bytes_max": max(json_sizes),
+        "deflated_bytes_mean": round(statistics.mean(deflated)),
+        "parts_bytes_mean": parts(live),
+        "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+        "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),
+    }
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -170,8 +170,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--fetch-min-bytes",
         type=int,
         default=defaults.fetch_min_bytes,
-        help="answer a fetch once this many bytes are ready (default %(default)s); 1 fetches "
-        "per arriving event, which with thousands of session topics costs much CPU",
+        help="answer a fetch once this many bytes are ready, else after --fetch-wait-ms "
+        "(default %(default)s: a fetch per wait under a trickle, ~1/3 less CPU for broker, "
+        "router and worker at 1,000 live topics, +~35 ms p50 routing); 1 fetches per "
+        "arriving event: lowest latency, much more CPU with thousands of session topics",
     )
     parser.add_argument(
         "--validation",

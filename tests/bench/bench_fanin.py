@@ -11,14 +11,15 @@ warm-up: records consumed/s, the broker JVM's CPU (cores), this process's CPU
 one machine).
 
 A mode is ``none`` (producer only: the broker's floor) or ``k<K>mb<min
-bytes>w<wait ms>``, e.g. ``k1mb1w50`` (the router's defaults: one consumer,
-``fetch.min.bytes`` 1, ``fetch.wait.max.ms`` 50) or ``k1mb65536w20``.
+bytes>w<wait ms>``, e.g. ``k1mb1w50`` (the router's defaults before issue #12: one
+consumer, ``fetch.min.bytes`` 1, ``fetch.wait.max.ms`` 50) or ``k1mb65536w50``
+(the router's defaults now).
 ``--broker-jfr DIR`` records the broker with Java Flight Recorder per mode and
 prints its hottest frames (``procs.BrokerProfile``).
 
 What it showed on this 2-core machine (docs/kafka-notes.md "Fan-in: where the
 broker's CPU goes"): the broker's floor for producing 1,000 records/s to 1,000
-topics is ~0.1 core; one consumer with the router's defaults adds ~0.5; min bytes
+topics is ~0.1 core; one consumer with min bytes 1 (the router's old default) adds ~0.5; min bytes
 64 KiB with a 20 ms wait adds ~0.3 and halves the consumer's CPU; splitting the
 topics over more consumers does not help.
 

@@ -13,7 +13,7 @@ PYTEST_ARGS ?=
 # The integration tests of all workers share one Kafka broker (tests/integration/conftest.py).
 # --dist loadgroup: our scheduler (tests/xdist_scopes.py): one unit per integration module,
 # so module-scoped fixtures run once per run; heavy units first.
-PYTEST_WORKERS ?= 4
+PYTEST_WORKERS ?= 6
 PYTEST_DIST ?= loadgroup
 XDIST := $(if $(filter-out 0,$(PYTEST_WORKERS)),-n $(PYTEST_WORKERS) --dist $(PYTEST_DIST))
 CACHE ?= .cache

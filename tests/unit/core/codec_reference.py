@@ -73,7 +73,9 @@ def reference_canonical(value: object, root: str = "state") -> bytes:
 
 
 def reference_encode_state(state: SessionState) -> bytes:
-    envelope = {"format": codec.STATE_FORMAT, "version": codec.STATE_VERSION, "state": state}
+    """What ``encode_state(state, version=1)`` returns (the state format before
+    shared records)."""
+    envelope = {"format": codec.STATE_FORMAT, "version": 1, "state": state}
     return reference_canonical(envelope, "")
 
 

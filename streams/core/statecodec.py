@@ -48,20 +48,6 @@ plain and the compressed form) still decode: :data:`LEGACY_TAGS` maps every
 module-path tag that version could write to its stable tag, as a literal table
 that does not follow later module moves.  Re-encoding writes the stable tags.
 The golden bytes in ``tests/fixtures/state/`` hold such states.
-
-**Version 2** (:data:`STATE_VERSION`; :func:`encode_state` writes it, and
-:func:`decode_state` reads versions 1 and 2).  A state repeats records: each
-detector snapshot holds its own copies of the window's tool call records.  In
-version 2 every record written in full gets a number, 0, 1, ..., in the order
-its text closes (the records inside it first), and a record whose version 1
-canonical text is 64 to 8192 characters long and equal to that of a record
-numbered before it is written ``{"!r": n}`` instead.  The rule is by value (the
-text), never by object identity, so the same value gives the same bytes
-whatever objects it shares, and the form stays canonical.  A decoded reference
-is the very object decoded for record ``n`` (equal, frozen).  A reference that
-is not ``{"!r": <int >= 0>}``, that names a record not closed before it
-(forward, or an enclosing record), or one past the last is a
-:class:`StateDecodeError` naming the path; a version 1 state has no references.
 """
 
 from __future__ import annotations
@@ -81,16 +67,13 @@ from streams.core.errors import StateDecodeError, UnserializableError
 
 #: Version of the state envelope; bump on incompatible changes.
 STATE_FORMAT: Final = "trajectory-session-state"
-STATE_VERSION: Final = 2
-#: Every version :func:`decode_state` reads.
-_READ_VERSIONS: Final = (1, 2)
+STATE_VERSION: Final = 1
 
 _TAG: Final = "!t"
 _FIELDS: Final = "!f"
 _LIST: Final = "!list"
 _DICT: Final = "!dict"
 _TD: Final = "!td"
-_REF: Final = "!r"
 
 _SCALARS: Final = (str, int, bool, type(None))
 
@@ -471,8 +454,7 @@ _composite_chars: int = 0
 
 def clear_fragment_cache() -> None:
     """Forget every memoized fragment (for tests and benchmarks)."""
-    global _frag_new, _frag_old, _probation, _composite_chars, _skeletons
-    _skeletons = {}
+    global _frag_new, _frag_old, _probation, _composite_chars
     _frag_new = {}
     _frag_old = {}
     _probation = {}
@@ -720,367 +702,6 @@ def _encode(value: object, root: str) -> bytes:
         raise _surrogate_error(value, root) from exc
 
 
-# ------------------------------------------------------- version 2: shared records
-#
-# A state repeats records: the detectors' snapshots hold their own copies of
-# the tool call records of the trajectory window.  Version 2 writes each such
-# record once; later equal ones become ``{"!r": n}`` (docs: module docstring,
-# "Version 2").  Equality is by value -- a record's version 1 canonical text --
-# never by object identity: a live worker restored from its changelog and a
-# replay build the same state values from differently shared objects, and
-# their bytes must not differ.
-#
-# The writer walks the value once.  Every record written in full gets the next
-# number when its text closes (post-order: the records inside it first).  For a
-# record it needs the version 1 text (the key), taken from the fragment cache
-# when there (a deeply immutable record, cached whole) or else joined from its
-# fields' version 1 texts while they are walked.  When a record found to be a
-# repeat only after its fields were walked, the numbers and keys its fields
-# took are rolled back, so the result is the one of the check made first.
-# Texts longer than ``_REF_MAX_CHARS`` are neither keys nor references (no
-# state repeats its spine), so the big records around everything never have
-# their version 1 text joined nor hashed.
-
-#: Records with a shorter version 1 text are written in full every time (a
-#: reference would save little); they are still numbered.
-_REF_MIN_CHARS: Final = 64
-#: Records with a longer version 1 text are never keys nor references.
-_REF_MAX_CHARS: Final = 8192
-#: The version 1 text of every record (and only of records) holds this once per
-#: record inside it: in the fast writer's text a ``"`` inside a string is
-# escaped, and a dict key starting with ``!`` hands over to the slow walk.
-_RECORD_MARK: Final = '"!t":'
-
-#: Per class: were its instances last seen holding no records (then the fast
-#: writer's cached text is the version 2 text too)?  Only a speed hint: both
-#: ways give the same bytes.
-_LEAF_CLASS: dict[type[Any], bool] = {}
-
-
-class _Share:
-    """State of one version 2 walk: ``walk`` (the fast writer's, for cycles and
-    its caches), ``seen`` (version 1 text -> number of the record written in
-    full with that text), ``added`` (the keys of ``seen`` in insertion order, for
-    roll-backs) and ``count`` (records written in full so far)."""
-
-    __slots__ = ("added", "count", "seen", "walk")
-
-    def __init__(self) -> None:
-        self.walk = _Walk()
-        self.seen: dict[str, int] = {}
-        self.added: list[str] = []
-        self.count = 0
-
-
-def _cached_text(value: object) -> str | None:
-    """The fast writer's cached complete text of record ``value``, if any."""
-    ident = id(value)
-    entry = _frag_new.get(ident)
-    if entry is None or entry[0] is not value:
-        entry = _frag_old.get(ident)
-        if entry is None or entry[0] is not value:
-            return None
-    cached = entry[1]
-    return cached if type(cached) is str else None
-
-
-def _share(value: Any, sx: _Share) -> tuple[str, str | None]:
-    """(version 2 text, version 1 text or None if longer than ``_REF_MAX_CHARS``)
-    of ``value``, numbering and keying the records written in full."""
-    vtype = type(value)
-    if vtype is tuple:
-        return _share_items("[", value, "]", sx)
-    if vtype is dict:
-        cx = sx.walk
-        ident = id(value)
-        if ident in cx.active:
-            raise _Slow
-        cx.mutable += 1
-        for k in value:
-            if type(k) is not str or k.startswith("!"):
-                raise _Slow
-        keys = sorted(value)
-        cx.active.add(ident)
-        pairs = [_share(value[k], sx) for k in keys]
-        cx.active.discard(ident)
-        heads = [_encode_str(k) + ":" for k in keys]
-        v2 = "{" + ",".join([h + p[0] for h, p in zip(heads, pairs, strict=True)]) + "}"
-        if all(p[0] is p[1] for p in pairs):
-            return v2, (v2 if len(v2) <= _REF_MAX_CHARS else None)
-        if any(p[1] is None for p in pairs):
-            return v2, None
-        v1 = "{" + ",".join([h + cast(str, p[1]) for h, p in zip(heads, pairs, strict=True)]) + "}"
-        return v2, (v1 if len(v1) <= _REF_MAX_CHARS else None)
-    if vtype is list:
-        cx = sx.walk
-        ident = id(value)
-        if ident in cx.active:
-            raise _Slow
-        cx.mutable += 1
-        cx.active.add(ident)
-        out = _share_items('{"!list":[', value, "]}", sx)
-        cx.active.discard(ident)
-        return out
-    if (
-        vtype is str
-        or vtype is int
-        or vtype is bool
-        or value is None
-        or vtype is float
-        or vtype is timedelta
-    ):
-        text = _frag(value, sx.walk)
-        return text, text
-    return _share_record(value, vtype, sx)
-
-
-def _share_items(
-    open_: str, values: Iterable[Any], close: str, sx: _Share, *, pieces: bool = False
-) -> tuple[str, str | None]:
-    """(version 2, version 1 or None) text of a sequence, each item's texts
-    between ``open_`` and ``close``, comma-separated; with ``pieces`` the items
-    are a skeleton's (see :func:`_skeleton`): literal texts, written as they
-    are, and records, and nothing separates them."""
-    v2s: list[str] = []
-    v1s: list[str] | None = []
-    same = True
-    for v in values:
-        vtype = type(v)
-        if vtype is str:
-            t = v if pieces else _encode_str(v)
-            v2s.append(t)
-            if v1s is not None:
-                v1s.append(t)
-        elif vtype is int or vtype is bool or v is None:
-            t = _frag(v, sx.walk)
-            v2s.append(t)
-            if v1s is not None:
-                v1s.append(t)
-        else:
-            t2, t1 = _share(v, sx) if not pieces else _share_record(v, vtype, sx)
-            v2s.append(t2)
-            if t1 is not t2:
-                same = False
-            if t1 is None:
-                v1s = None
-            elif v1s is not None:
-                v1s.append(t1)
-    sep = "" if pieces else ","
-    v2 = open_ + sep.join(v2s) + close
-    if same:
-        return v2, (v2 if len(v2) <= _REF_MAX_CHARS else None)
-    if v1s is None:
-        return v2, None
-    v1 = open_ + sep.join(v1s) + close
-    return v2, (v1 if len(v1) <= _REF_MAX_CHARS else None)
-
-
-#: id -> (record, skeleton) of records holding records (see :func:`_skeleton`);
-#: the entry keeps the record alive, so its id is not reused while it is held.
-_skeletons: dict[int, tuple[object, tuple[object, ...]]] = {}
-#: Per class: is a skeleton worth building (False once one was too big to
-#: keep)?  Only a speed hint: both ways give the same bytes.
-_SKELETON_CLASS: dict[type[Any], bool] = {}
-#: Skeletons held at most (then all are dropped).
-_SKELETON_LIMIT: int = 20_000
-
-
-def _remember_skeleton(ident: int, value: object, pieces: tuple[object, ...]) -> None:
-    global _skeletons
-    if len(_skeletons) >= _SKELETON_LIMIT:
-        _skeletons = {}
-    _skeletons[ident] = (value, pieces)
-
-
-def _skeleton(
-    value: Any, keys: tuple[tuple[str, str], ...], closing: str, cx: _Walk
-) -> tuple[object, ...] | None:
-    """The text of record ``value`` with its records left as holes: literal
-    texts (adjacent ones joined) and the record objects, in text order; or None
-    if a dict or list lies on the way to a record or anywhere else in it.
-
-    A frozen record's fields cannot be rebound and tuples cannot change, so while
-    ``value`` lives its skeleton stays right, and an unchanged detector snapshot
-    (handed out again at every commit until a call reaches the detector) is
-    written again from it without walking its scalars and tuples.  The records
-    in the holes are written afresh each time (numbered, maybe referenced).
-    """
-    out: list[object] = []
-    for name, key in keys:
-        out.append(key)
-        if not _skeleton_into(getattr(value, name), out, cx):
-            return None
-    out.append(closing)
-    merged: list[object] = []
-    for piece in out:
-        if type(piece) is str and merged and type(merged[-1]) is str:
-            merged[-1] = merged[-1] + piece
-        else:
-            merged.append(piece)
-    return tuple(merged)
-
-
-def _skeleton_into(value: Any, out: list[object], cx: _Walk) -> bool:
-    vtype = type(value)
-    if vtype is tuple:
-        out.append("[")
-        first = True
-        for v in value:
-            if not first:
-                out.append(",")
-            first = False
-            if not _skeleton_into(v, out, cx):
-                return False
-        out.append("]")
-        return True
-    if vtype is dict or vtype is list:
-        return False
-    if (
-        vtype is str
-        or vtype is int
-        or vtype is bool
-        or value is None
-        or vtype is float
-        or vtype is timedelta
-    ):
-        out.append(_frag(value, cx))
-        return True
-    out.append(value)  # a record (anything else makes _share_record hand over)
-    return True
-
-
-def _share_record(value: Any, vtype: type[Any], sx: _Share) -> tuple[str, str | None]:
-    """:func:`_share` of a frozen dataclass instance."""
-    seen = sx.seen
-    v1: str | None
-    if _LEAF_CLASS.get(vtype, True):
-        # Most records hold no record: the fast writer's (cached) text is the
-        # version 2 text as well.
-        v1 = _frag_record(value, vtype, sx.walk)
-        n = seen.get(v1) if _REF_MIN_CHARS <= len(v1) <= _REF_MAX_CHARS else None
-        if n is not None:
-            return '{"!r":' + _int_repr(n) + "}", v1
-        if v1.count(_RECORD_MARK) == 1:
-            _number(v1, sx)
-            return v1, v1
-        _LEAF_CLASS[vtype] = False
-    else:
-        v1 = _cached_text(value)
-        if v1 is not None and _REF_MIN_CHARS <= len(v1) <= _REF_MAX_CHARS:
-            n = seen.get(v1)
-            if n is not None:
-                return '{"!r":' + _int_repr(n) + "}", v1
-    cx = sx.walk
-    ident = id(value)
-    if ident in cx.active:
-        raise _Slow
-    layout = _FRAG_CLASS.get(vtype)
-    if layout is None:
-        layout = _frag_class(vtype)
-        if layout is None:
-            raise _Slow
-        _FRAG_CLASS[vtype] = layout
-    keys, closing = layout
-    entry = _skeletons.get(ident)
-    if entry is not None and entry[0] is value:
-        pieces: tuple[object, ...] | None = entry[1]
-        fresh = False
-    elif _SKELETON_CLASS.get(vtype, True):
-        pieces = _skeleton(value, keys, closing, cx)
-        fresh = pieces is not None
-    else:
-        pieces = None
-        fresh = False
-    mark_count = sx.count
-    mark_added = len(sx.added)
-    cx.active.add(ident)
-    if pieces is not None:
-        v2, walked = _share_items("", pieces, "", sx, pieces=True)
-    else:
-        pairs = [_share(getattr(value, name), sx) for name, _ in keys]
-        v2 = "".join([k + p[0] for (_, k), p in zip(keys, pairs, strict=True)]) + closing
-        walked = None
-        if all(p[0] is p[1] for p in pairs):
-            walked = v2 if len(v2) <= _REF_MAX_CHARS else None
-        elif all(p[1] is not None for p in pairs):
-            walked = "".join([k + cast(str, p[1]) for (_, k), p in zip(keys, pairs, strict=True)])
-            walked += closing
-    cx.active.discard(ident)
-    if v1 is None:
-        v1 = walked
-    if v1 is not None and len(v1) > _REF_MAX_CHARS:
-        v1 = None
-    if fresh:
-        if v1 is not None:
-            _remember_skeleton(ident, value, cast("tuple[object, ...]", pieces))
-        else:
-            _SKELETON_CLASS[vtype] = False  # the spine: too big to be cached
-    elif pieces is None and v1 is not None and _SKELETON_CLASS.get(vtype, True) is False:
-        _SKELETON_CLASS[vtype] = True  # try again: this one is small
-    if v1 is not None and len(v1) >= _REF_MIN_CHARS:
-        n = seen.get(v1)
-        if n is not None:  # a repeat: undo what its fields took
-            for key in sx.added[mark_added:]:
-                del seen[key]
-            del sx.added[mark_added:]
-            sx.count = mark_count
-            return '{"!r":' + _int_repr(n) + "}", v1
-    if sx.count == mark_count:
-        _LEAF_CLASS[vtype] = True  # held no record after all
-    _number(v1, sx)
-    return v2, v1
-
-
-def _number(v1: str | None, sx: _Share) -> None:
-    """Give the record just written in full the next number; key it by ``v1``."""
-    if v1 is not None and len(v1) >= _REF_MIN_CHARS and v1 not in sx.seen:
-        sx.seen[v1] = sx.count
-        sx.added.append(v1)
-    sx.count += 1
-
-
-def _share_plain(plain: Any, sx: _Share) -> Any:
-    """The slow twin of :func:`_share`: version 2 plain value of the version 1
-    plain value ``plain`` (from :func:`_to_plain`), same numbering and keys."""
-    if type(plain) is list:
-        return [_share_plain(v, sx) for v in plain]
-    if type(plain) is not dict:
-        return plain
-    if _TAG in plain:
-        v1 = json.dumps(
-            plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-        )
-        keyed = _REF_MIN_CHARS <= len(v1) <= _REF_MAX_CHARS
-        if keyed and v1 in sx.seen:
-            return {_REF: sx.seen[v1]}
-        fields = plain[_FIELDS]
-        out = {_TAG: plain[_TAG], _FIELDS: {k: _share_plain(fields[k], sx) for k in sorted(fields)}}
-        _number(v1 if keyed else None, sx)
-        return out
-    return {k: _share_plain(plain[k], sx) for k in sorted(plain)}
-
-
-def _encode_v2(state: object) -> bytes:
-    """Version 2 envelope bytes of ``state`` (see "Version 2" in the module docstring)."""
-    try:
-        text, _ = _share(state, _Share())
-    except Exception:
-        plain = _to_plain(state, "state", set())
-        _dumps(plain, "state", state)  # the version 1 text's errors, with their paths
-        text = json.dumps(
-            _share_plain(plain, _Share()),
-            sort_keys=True,
-            separators=(",", ":"),
-            ensure_ascii=False,
-            allow_nan=False,
-        )
-    text = '{"format":' + _encode_str(STATE_FORMAT) + ',"state":' + text + ',"version":2}'
-    try:
-        return text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        raise _surrogate_error(state, "state") from exc
-
-
 def _dumps(plain: Any, root: str, original: object) -> bytes:
     text = json.dumps(
         plain, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
@@ -1157,73 +778,26 @@ def _resolve(tag: object, path: str) -> type[Any]:
     return cls
 
 
-class _Refs:
-    """The records of a version 2 state decoded so far, in the order their texts
-    close (``items[n]`` is record ``n``), and the whole plain state (``root``), to
-    tell a forward reference from one past the last record."""
-
-    __slots__ = ("items", "root")
-
-    def __init__(self, root: Any) -> None:
-        self.items: list[Any] = []
-        self.root = root
-
-
-def _count_records(plain: Any) -> int:
-    if type(plain) is list:
-        return sum(_count_records(v) for v in plain)
-    if type(plain) is dict:
-        return int(_TAG in plain) + sum(_count_records(v) for v in plain.values())
-    return 0
-
-
-def _follow_ref(value: dict[str, Any], path: str, refs: _Refs) -> Any:
-    n = value[_REF]
-    if len(value) != 1 or type(n) is not int or n < 0:
-        raise StateDecodeError(
-            f'{path}: malformed reference {value!r}: expected {{"!r": n}}, n the number '
-            "(from 0) of a record written earlier"
-        )
-    if n < len(refs.items):
-        return refs.items[n]
-    total = _count_records(refs.root)
-    if n < total:
-        raise StateDecodeError(
-            f"{path}: forward reference to record {n}: only {len(refs.items)} records "
-            "close before it, and a reference may only name an earlier record"
-        )
-    raise StateDecodeError(
-        f"{path}: reference to record {n} is out of range: the state holds {total} records"
-    )
-
-
-def _from_plain(value: Any, path: str, refs: _Refs | None = None) -> Any:
-    """Value of ``plain``, or :class:`StateDecodeError` naming the path; with
-    ``refs`` (version 2) records are numbered and ``{"!r": n}`` is read."""
+def _from_plain(value: Any, path: str) -> Any:
     vtype = type(value)
     if vtype is str or vtype is int or vtype is float or vtype is bool or value is None:
         return value
     if vtype is list:
-        return tuple([_from_plain(v, f"{path}[{i}]", refs) for i, v in enumerate(value)])
+        return tuple([_from_plain(v, f"{path}[{i}]") for i, v in enumerate(value)])
     if vtype is dict:
         if _TAG in value:
             if set(value) != {_TAG, _FIELDS} or not isinstance(value[_FIELDS], dict):
                 raise StateDecodeError(f"{path}: malformed dataclass record (keys {sorted(value)})")
             cls = _resolve(value[_TAG], path)
-            kwargs = {k: _from_plain(v, f"{path}.{k}", refs) for k, v in value[_FIELDS].items()}
+            kwargs = {k: _from_plain(v, f"{path}.{k}") for k, v in value[_FIELDS].items()}
             try:
-                obj = cls(**kwargs)
+                return cls(**kwargs)
             except (TypeError, ValueError) as exc:
                 raise StateDecodeError(f"{path}: cannot rebuild {value[_TAG]}: {exc}") from exc
-            if refs is not None:
-                refs.items.append(obj)
-            return obj
-        if refs is not None and _REF in value:
-            return _follow_ref(value, path, refs)
         if _LIST in value:
             if len(value) != 1 or not isinstance(value[_LIST], list):
                 raise StateDecodeError(f"{path}: malformed list record")
-            return [_from_plain(v, f"{path}[{i}]", refs) for i, v in enumerate(value[_LIST])]
+            return [_from_plain(v, f"{path}[{i}]") for i, v in enumerate(value[_LIST])]
         if _TD in value:
             td = value[_TD]
             if len(value) != 1 or not (
@@ -1237,7 +811,7 @@ def _from_plain(value: Any, path: str, refs: _Refs | None = None) -> Any:
             value = value[_DICT]
         elif any(k.startswith("!") for k in value):
             raise StateDecodeError(f"{path}: unknown record marker in keys {sorted(value)}")
-        return {k: _from_plain(v, _child(path, k), refs) for k, v in value.items()}
+        return {k: _from_plain(v, _child(path, k)) for k, v in value.items()}
     return value
 
 
@@ -1266,40 +840,6 @@ def _fast_from_plain(value: Any) -> Any:
     raise _Slow
 
 
-def _fast_from_plain_v2(value: Any, items: list[Any]) -> Any:
-    """:func:`_fast_from_plain` of a version 2 state: records are appended to
-    ``items`` as they close, ``{"!r": n}`` is ``items[n]`` (the very object: equal
-    values, frozen; the live engine shares its records between the window and
-    the detectors the same way)."""
-    vtype = type(value)
-    if vtype is str or vtype is int or vtype is float or vtype is bool or value is None:
-        return value
-    if vtype is list:
-        return tuple([_fast_from_plain_v2(v, items) for v in value])
-    if vtype is dict:
-        if _TAG in value:
-            cls = _CLASS_CACHE.get(value[_TAG]) if type(value[_TAG]) is str else None
-            fields_in = value.get(_FIELDS)
-            if cls is None or len(value) != 2 or type(fields_in) is not dict:
-                raise _Slow
-            try:
-                obj = cls(**{k: _fast_from_plain_v2(v, items) for k, v in fields_in.items()})
-            except (TypeError, ValueError) as exc:
-                raise _Slow from exc
-            items.append(obj)
-            return obj
-        if _REF in value:
-            n = value[_REF]
-            if len(value) != 1 or type(n) is not int or not 0 <= n < len(items):
-                raise _Slow
-            return items[n]
-        for k in value:
-            if k.startswith("!"):
-                raise _Slow
-        return {k: _fast_from_plain_v2(v, items) for k, v in value.items()}
-    raise _Slow
-
-
 def _decode_plain(plain: Any, root: str) -> Any:
     _load_builtin_types()
     try:
@@ -1319,7 +859,7 @@ def from_canonical(data: bytes, root: str = "state") -> Any:
     return _decode_plain(plain, root)
 
 
-def encode_state(state: object, *, compress: bool = False, version: int = STATE_VERSION) -> bytes:
+def encode_state(state: object, *, compress: bool = False) -> bytes:
     """Versioned canonical bytes of a :class:`~streams.core.engine.SessionState`.
 
     ``compress=True`` deflates them behind a ``0x00`` marker byte: the form the
@@ -1329,21 +869,12 @@ def encode_state(state: object, *, compress: bool = False, version: int = STATE_
     replays and tests compare; :func:`decode_state` reads both.  Compression is
     deterministic for a given zlib build, not across builds, so compare states
     by their uncompressed bytes.
-
-    ``version`` is the format written: :data:`STATE_VERSION` (2: a repeated
-    record is written once, module docstring "Version 2") unless a caller needs
-    the older form (``1``, for comparisons and tests); :func:`decode_state`
-    reads both.
     """
     session_state = _session_state_type()
     if not isinstance(state, session_state):
         raise UnserializableError("state", f"expected SessionState, got {type(state).__name__}")
-    if version == 2:
-        data = _encode_v2(state)
-    elif version == 1:
-        data = _encode({"format": STATE_FORMAT, "version": 1, "state": state}, "")
-    else:
-        raise ValueError(f"encode_state: version={version!r}; this build writes 1 and 2")
+    envelope = {"format": STATE_FORMAT, "version": STATE_VERSION, "state": state}
+    data = _encode(envelope, "")
     if compress:
         return _DEFLATED + zlib.compress(data, _DEFLATE_LEVEL)
     return data
@@ -1376,22 +907,14 @@ def decode_state(data: bytes) -> Any:
     if not isinstance(plain, dict) or plain.get("format") != STATE_FORMAT:
         raise StateDecodeError(f"not a session state: expected format {STATE_FORMAT!r}")
     version = plain.get("version")
-    if type(version) is not int or version not in _READ_VERSIONS:
+    if version != STATE_VERSION:
         raise StateDecodeError(
-            f"unknown state version {version!r} (this build reads versions "
-            f"{', '.join(map(str, _READ_VERSIONS))}); rebuild the state by replaying the "
-            "session's events"
+            f"unknown state version {version!r} (this build reads version {STATE_VERSION}); "
+            "rebuild the state by replaying the session's events"
         )
     if set(plain) != {"format", "version", "state"}:
         raise StateDecodeError(f"unexpected envelope keys {sorted(plain)}")
-    if version == 1:
-        state = _decode_plain(plain["state"], "state")
-    else:
-        _load_builtin_types()
-        try:
-            state = _fast_from_plain_v2(plain["state"], [])
-        except _Slow:
-            state = _from_plain(plain["state"], "state", _Refs(plain["state"]))
+    state = _decode_plain(plain["state"], "state")
     if not isinstance(state, session_state):
         raise StateDecodeError(f"state payload is a {type(state).__name__}, not a SessionState")
     return state

@@ -11,8 +11,7 @@ round every session the round touched is flushed the way the worker flushes it
 collector part of the cost.  The first ``--warmup`` rounds are not timed.
 
 It prints process CPU µs per session-commit for each step, the state's size
-(canonical JSON and deflated bytes; and of the last states in state format 1
-and in the current one, ``size_by_version``), which parts of a state hold its bytes, and
+(canonical JSON and deflated bytes), which parts of a state hold its bytes, and
 ``uptime`` load.  Example::
 
     python tests/bench/bench_statecodec.py --sessions 1000 --rounds 30
@@ -39,7 +38,7 @@ from bench_worker import paced_events
 
 from streams.core.config import EngineConfig
 from streams.core.engine import SessionEngine, SessionState
-from streams.core.statecodec import STATE_VERSION, encode_state, to_canonical
+from streams.core.statecodec import encode_state, to_canonical
 
 
 def parts(states: list[SessionState]) -> dict[str, int]:
@@ -99,17 +98,6 @@ def main() -> None:
                 deflated.append(len(packed) + 1)
                 flushes += 1
     live = [e.snapshot() for e in engines.values() if e.last_seq >= 0][:2000]
-    # the same live states in each format (untimed): what writing each repeated
-    # record once saves, canonical and deflated
-    sizes: dict[str, dict[str, int]] = {}
-    for version in (1, STATE_VERSION):
-        texts = [encode_state(st, version=version) for st in live]
-        sizes[f"v{version}"] = {
-            "json_bytes_mean": round(statistics.mean(map(len, texts))),
-            "deflated_bytes_mean": round(
-                statistics.mean(len(zlib.compress(t, 1)) + 1 for t in texts)
-            ),
-        }
     report = {
         "sessions": args.sessions,
         "rounds": args.rounds,
@@ -119,8 +107,6 @@ def main() -> None:
         "json_bytes_mean": round(statistics.mean(json_sizes)),
         "json_bytes_max": max(json_sizes),
         "deflated_bytes_mean": round(statistics.mean(deflated)),
-        "state_version": STATE_VERSION,
-        "size_by_version": sizes,
         "parts_bytes_mean": parts(live),
         "max_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "load": " ".join(f"{x:.2f}" for x in os.getloadavg()),

@@ -73,9 +73,7 @@ def reference_canonical(value: object, root: str = "state") -> bytes:
 
 
 def reference_encode_state(state: SessionState) -> bytes:
-    """What ``encode_state(state, version=1)`` returns (the state format before
-    shared records)."""
-    envelope = {"format": codec.STATE_FORMAT, "version": 1, "state": state}
+    envelope = {"format": codec.STATE_FORMAT, "version": codec.STATE_VERSION, "state": state}
     return reference_canonical(envelope, "")
 
 

@@ -442,7 +442,7 @@ def test_engine_states_byte_identical_to_reference_after_every_event(kind: str) 
         for ev in _sim_events(kind, seed, f"s-{kind}-{seed}", 200):
             eng.on_event(ev)
             state = eng.snapshot()
-            data = encode_state(state, version=1)
+            data = encode_state(state)
             assert data == reference_encode_state(state), f"seed {seed} after seq {ev.seq}"
             assert to_canonical(state) == reference_canonical(state)
             encoded += 1
@@ -451,7 +451,7 @@ def test_engine_states_byte_identical_to_reference_after_every_event(kind: str) 
     held = [e[0] for e in (*codec._frag_new.values(), *codec._frag_old.values())]
     assert sum(type(o).__name__ == "ToolCallRecord" for o in held) >= 20
     # and a state decoded back (all new objects) still gives the same bytes
-    assert encode_state(decode_state(data), version=1) == data
+    assert encode_state(decode_state(data)) == data
 
 
 def test_interleaved_sessions_share_one_cache() -> None:
@@ -464,7 +464,7 @@ def test_interleaved_sessions_share_one_cache() -> None:
             if i < len(streams[k]):
                 eng.on_event(streams[k][i])
             state = eng.snapshot()
-            assert encode_state(state, version=1) == reference_encode_state(state)
+            assert encode_state(state) == reference_encode_state(state)
 
 
 # ------------------------------------------------------------ (b) edge cases

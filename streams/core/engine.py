@@ -60,7 +60,6 @@ from streams.core.observers import (
     ObserverContext,
     ObserverState,
     PatternView,
-    should_trigger,
     time_trigger_due,
 )
 from streams.core.patterns import TrajectoryPattern
@@ -441,19 +440,23 @@ class SessionEngine:
         states = self._observer_states
         version: int | None = getattr(analysis, "patterns_version", None)
         idle = self._idle
+        b = self._budget
+        unlimited = b.deadline_ms is None and b.max_tokens is None and b.max_tool_calls is None
         for r in self._runners:
+            if unlimited and r.silent_without_limits:
+                continue  # its should_run is False without a limit (its declared contract)
             st = states[r.name]
+            n_calls = r.every_n_calls
+            n_errors = r.after_errors
             if (
-                (call_step and r.on_every_call)
-                or should_trigger(
-                    r.trigger,
-                    st,
-                    analysis,
-                    now_ms=now,
-                    session_start_ms=self._session_start_ms,
-                    call_step=call_step,
-                    failure_completed=failure,
+                # ``should_trigger``, written out (two calls with keywords per event cost
+                # more than the checks); test_engine_fastpaths compares the two
+                (
+                    call_step
+                    and (r.on_every_call or (n_calls and st.tool_calls_since_assessment >= n_calls))
                 )
+                or (failure and n_errors and analysis.consecutive_errors >= n_errors)
+                or (r.timed and time_trigger_due(r.trigger, st, now, self._session_start_ms))
                 or (deadline_due and r.watches_deadline)
                 or (agent_step and r.watches_agent_events)
             ):
@@ -665,11 +668,15 @@ class _Runner:
     """
 
     __slots__ = (
+        "after_errors",
         "assess",
+        "every_n_calls",
         "idle_when_unchanged",
         "name",
         "observer",
         "on_every_call",
+        "silent_without_limits",
+        "timed",
         "trigger",
         "watches_agent_events",
         "watches_deadline",
@@ -680,12 +687,19 @@ class _Runner:
         self.observer = oc.observer
         self.trigger = oc.trigger
         self.on_every_call = oc.trigger.on_every_call
+        # ``should_trigger``'s conditions, unpacked for the per-event loop
+        self.every_n_calls = oc.trigger.every_n_calls
+        self.after_errors = oc.trigger.after_consecutive_errors
+        self.timed = oc.trigger.every_n_seconds is not None
         self.watches_agent_events = bool(getattr(oc.observer, "watches_agent_events", False))
         self.watches_deadline = bool(getattr(oc.observer, "reports_deadline", False))
         cls = type(oc.observer)
         self.idle_when_unchanged = _defined_together(
             cls, "idle_when_unchanged", "should_run"
         ) and bool(getattr(oc.observer, "idle_when_unchanged", False))
+        self.silent_without_limits = _defined_together(
+            cls, "silent_without_limits", "should_run"
+        ) and bool(getattr(oc.observer, "silent_without_limits", False))
         assess = getattr(oc.observer, "assess", None)
         self.assess: Callable[[ObserverContext], Assessment | None] | None = (
             assess

@@ -36,6 +36,7 @@ from streams.core.events import Budget, TraceEvent
 from streams.core.observers import ObserverContext, ObserverTrigger
 from streams.core.pattern_observer import PatternObserver
 from streams.core.patterns import TrajectoryPattern
+from streams.core.resource import ResourceObserver
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,3 +247,34 @@ def test_a_subclass_overriding_should_run_is_asked_every_time(
         res = engine.on_event(_ev(etype, seq, input_tokens=1, output_tokens=1, text=f"t{seq}"))
         spoke += res.assessment is not None
     assert spoke == 20
+
+
+@dataclass(frozen=True, slots=True)
+class _ChattyResourceObserver(ResourceObserver):
+    """Overrides ``should_run`` only: the inherited ``silent_without_limits`` describes
+    the parent's ``should_run``, so the engine must not skip this one."""
+
+    def should_run(self, context: ObserverContext) -> bool:
+        return True
+
+
+def test_silent_without_limits_is_honoured_only_with_the_should_run_it_describes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def resource_runs(kind: type[ResourceObserver]) -> int:
+        monkeypatch.setitem(config_module.OBSERVER_KINDS, "resource", kind)
+        monkeypatch.setattr(engine_module, "_BUILT", {})
+        engine = SessionEngine.create("s")  # default: resource with require_budget
+        spoke = 0
+        for call in range(1, 31):
+            for res in (
+                engine.on_event(_ev("tool_call", 2 * call, call_id=f"c{call}", tool_name="ls")),
+                engine.on_event(_ev("tool_result", 2 * call + 1, call_id=f"c{call}")),
+            ):
+                spoke += res.assessment is not None and any(
+                    a.observer_name == "Resources" for a in res.assessment.assessments
+                )
+        return spoke
+
+    assert resource_runs(ResourceObserver) == 0  # no budget: skipped, as should_run says
+    assert resource_runs(_ChattyResourceObserver) == 3  # every 10 calls

@@ -52,7 +52,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
-import json
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -70,7 +69,13 @@ from streams.core.patterns import (
     ToolCallRecord,
     TrajectoryPattern,
 )
-from streams.core.similarity import abbreviate, describe_action, error_signature, summarize_params
+from streams.core.similarity import (
+    abbreviate,
+    canonical_json,
+    describe_action,
+    error_signature,
+    summarize_params,
+)
 from streams.core.statecodec import state_type
 
 #: Entry-point group custom detectors register under.
@@ -319,9 +324,8 @@ def compact_record(record: ToolCallRecord) -> ToolCallRecord:
     )
 
 
-#: ``json.dumps(value, sort_keys=True, default=str)`` without building an encoder
-#: per call (the same C encoder, the same text).
-_JSON_ENCODE: Final = json.JSONEncoder(sort_keys=True, default=str).encode
+#: ``json.dumps(value, sort_keys=True, default=str)`` (see ``canonical_json``)
+_JSON_ENCODE: Final = canonical_json
 
 
 def _text(value: JsonValue) -> str:

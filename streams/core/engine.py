@@ -466,17 +466,21 @@ class SessionEngine:
                     # it said nothing on the same patterns, history, counters and call
                     # count: it would say nothing again (its declared contract)
                     seen = idle.get(r.name)
-                    if (
-                        seen is not None
-                        and seen[0] == version
-                        and seen[1] is self._history
-                        and seen[2] is st
-                        and seen[3] == count
-                    ):
-                        continue
-                    a = self._run(r, st, analysis, now, fired)
-                    if a is None:
-                        idle[r.name] = (version, self._history, st, count)
+                    quiet = r.assess_quiet
+                    if seen is not None and seen[0] == version and seen[1] is self._history:
+                        if quiet is not None:
+                            if count < seen[3]:
+                                continue  # silent below that call count (``assess_quiet``)
+                        elif seen[2] is st and seen[3] == count:
+                            continue
+                    if quiet is not None:
+                        a, until = quiet(self._context(st, analysis, now, fired))
+                        if a is None:
+                            idle[r.name] = (version, self._history, st, until)
+                    else:
+                        a = self._run(r, st, analysis, now, fired)
+                        if a is None:
+                            idle[r.name] = (version, self._history, st, count)
                 if a is not None:
                     produced.append((r.name, a))
 
@@ -533,8 +537,19 @@ class SessionEngine:
         now: int,
         fired: tuple[PatternView, ...],
     ) -> Assessment | None:
+        ctx = self._context(st, analysis, now, fired)
+        if r.assess is not None:
+            return r.assess(ctx)
+        observer = r.observer
+        if not observer.should_run(ctx):
+            return None
+        return observer.observe(ctx)
+
+    def _context(
+        self, st: ObserverState, analysis: AnalysisView, now: int, fired: tuple[PatternView, ...]
+    ) -> ObserverContext:
         assert self._session_start_ms is not None
-        ctx = ObserverContext(
+        return ObserverContext(
             self._session_id,
             analysis,
             st,
@@ -544,12 +559,6 @@ class SessionEngine:
             fired,
             self._history,
         )
-        if r.assess is not None:
-            return r.assess(ctx)
-        observer = r.observer
-        if not observer.should_run(ctx):
-            return None
-        return observer.observe(ctx)
 
     def _commit(
         self,
@@ -664,12 +673,19 @@ class _Runner:
     once); None for observers without it.  Both it and ``idle_when_unchanged``
     are promises about ``should_run``/``observe``, so they are honoured only when
     the class that defines them also defines those (a subclass overriding
-    ``should_run`` falls back to the plain calls).
+    ``should_run`` falls back to the plain calls).  So are ``assess_quiet``
+    (``assess`` plus the call count a silence lasts to, with the patterns and the
+    history unchanged: the idle skip then holds across calls, not only within one;
+    the pattern observer) and ``silent_without_limits`` (``should_run`` is False
+    while the budget sets no limit: the resource observer with ``require_budget``,
+    skipped without building a context).  The trigger's conditions are unpacked
+    here because the loop checks them inline (``should_trigger``, written out).
     """
 
     __slots__ = (
         "after_errors",
         "assess",
+        "assess_quiet",
         "every_n_calls",
         "idle_when_unchanged",
         "name",
@@ -697,6 +713,16 @@ class _Runner:
         self.idle_when_unchanged = _defined_together(
             cls, "idle_when_unchanged", "should_run"
         ) and bool(getattr(oc.observer, "idle_when_unchanged", False))
+        quiet = getattr(oc.observer, "assess_quiet", None)
+        self.assess_quiet: Callable[[ObserverContext], tuple[Assessment | None, int]] | None = (
+            quiet
+            if self.idle_when_unchanged
+            and callable(quiet)
+            and _defined_together(
+                cls, "assess_quiet", "idle_when_unchanged", "should_run", "observe"
+            )
+            else None
+        )
         self.silent_without_limits = _defined_together(
             cls, "silent_without_limits", "should_run"
         ) and bool(getattr(oc.observer, "silent_without_limits", False))

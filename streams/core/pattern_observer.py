@@ -62,6 +62,7 @@ counts only, no timers), so a replay reproduces refreshes and escalations.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
@@ -96,6 +97,9 @@ ESCALATING_PATTERNS: Final[frozenset[str]] = frozenset(
     {"doom_loop", "repeated_error", "monologue", "context_loop", "alternating_cycle"}
 )
 
+
+#: :meth:`PatternObserver.assess_quiet`'s "silent at every call count".
+_QUIET_FOREVER: Final = sys.maxsize
 
 #: Pattern types whose confidence alone can reach warning (the detectors raise it
 #: with every further repeat).
@@ -273,6 +277,66 @@ class PatternObserver:
         if not self._should_run(context, judged, previous):
             return None
         return self._observe(context, judged, previous)
+
+    def assess_quiet(self, context: ObserverContext) -> tuple[Assessment | None, int]:
+        """:meth:`assess`, and when it says nothing, the call count before which it
+        would keep saying nothing (``_QUIET_FOREVER``: at every count).
+
+        Contract (what lets the engine skip runs across calls, not only on the same
+        call as ``idle_when_unchanged``): when this returns ``(None, until)``, a run
+        with no new patterns, the same patterns (``patterns_version``) and the same
+        history returns None at every call count below ``until``, whatever the
+        ``observer_state`` (it reads ``last_assessment_call_index`` only, which
+        changes only when this observer speaks, i.e. with the history), the budget
+        and the clock.  Why it holds: with the patterns and the previous assessment
+        fixed, the call count reaches ``_should_run`` only through escalation
+        (a caution pattern already reported becomes warning ``escalate_after_calls``
+        calls after its report) and the ``refresh_calls`` repeat (see
+        :meth:`_quiet_until`).
+        """
+        previous = context.history.last_for(self.name)
+        judged = self._judge(context, previous)
+        if self._should_run(context, judged, previous):
+            return self._observe(context, judged, previous), 0
+        return None, self._quiet_until(context, judged, previous)
+
+    def _quiet_until(
+        self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
+    ) -> int:
+        """For a silent run: the first call count at which ``_should_run`` could say
+        True with the same patterns, history and no new patterns.
+
+        No previous assessment: escalation needs a report, so the severity and the
+        answer (speak iff not info) do not move.  No active pattern: the answer is
+        ``previous.observations``, fixed.  Severity info (so no caution pattern can
+        escalate): fixed.  Otherwise it speaks at the ``refresh_calls`` repeat, or
+        (below warning) when a reported escalating caution pattern escalates,
+        changing the severity it last said.
+        """
+        if previous is None or not judged:
+            return _QUIET_FOREVER
+        current: Severity = "info"
+        for j in judged:
+            if j.effective == "warning":
+                current = "warning"
+                break
+            if j.effective == "caution":
+                current = "caution"
+        if current == "info":
+            return _QUIET_FOREVER
+        until = context.observer_state.last_assessment_call_index + self.refresh_calls
+        if current == "caution":
+            after = self.escalate_after_calls
+            for j in judged:
+                first = j.first_reported
+                if (
+                    j.base == "caution"
+                    and first is not None
+                    and j.pattern.pattern_type in ESCALATING_PATTERNS
+                    and first + after < until
+                ):
+                    until = first + after
+        return until
 
     def should_run(self, context: ObserverContext) -> bool:
         """Speak on a newly fired pattern of at least caution severity, when the

@@ -17,6 +17,7 @@ these tests name which fast path broke.
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, replace
 
@@ -37,6 +38,7 @@ from streams.core.observers import ObserverContext, ObserverTrigger
 from streams.core.pattern_observer import PatternObserver
 from streams.core.patterns import TrajectoryPattern
 from streams.core.resource import ResourceObserver
+from streams.core.similarity import canonical_json
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +73,34 @@ _QUIET_REFRESH = EngineConfig(
 )
 
 
-@pytest.mark.parametrize("cfg", [EngineConfig(), _QUIET_REFRESH], ids=["default", "no-refresh"])
+#: Quiet spans across calls (``assess_quiet``) end at a refresh or an escalation:
+#: one configuration where escalation comes first, one where refreshes do.
+_ESCALATES_FIRST = EngineConfig(
+    observers=(
+        ObserverSpec("resource", ObserverTrigger(every_n_calls=5), ()),
+        ObserverSpec(
+            "pattern",
+            ObserverTrigger(on_every_call=True),
+            (("refresh_calls", 9), ("escalate_after_calls", 2)),
+        ),
+    )
+)
+_REFRESHES_FIRST = EngineConfig(
+    observers=(
+        ObserverSpec(
+            "pattern",
+            ObserverTrigger(on_every_call=True),
+            (("refresh_calls", 2), ("escalate_after_calls", 6)),
+        ),
+    )
+)
+
+
+@pytest.mark.parametrize(
+    "cfg",
+    [EngineConfig(), _QUIET_REFRESH, _ESCALATES_FIRST, _REFRESHES_FIRST],
+    ids=["default", "no-refresh", "escalates-first", "refreshes-first"],
+)
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
 def test_skipping_an_idle_observer_changes_no_output(
     cfg: EngineConfig, seed: int, monkeypatch: pytest.MonkeyPatch
@@ -278,3 +307,35 @@ def test_silent_without_limits_is_honoured_only_with_the_should_run_it_describes
 
     assert resource_runs(ResourceObserver) == 0  # no budget: skipped, as should_run says
     assert resource_runs(_ChattyResourceObserver) == 3  # every 10 calls
+
+
+_JSON_VALUES = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=True, allow_infinity=True)
+    | st.text(),
+    lambda inner: (
+        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON_VALUES)
+def test_canonical_json_is_json_dumps_sorted(value: object) -> None:
+    assert canonical_json(value) == json.dumps(value, sort_keys=True, default=str)
+
+
+def test_canonical_json_raises_what_json_dumps_raises() -> None:
+    circular: list[object] = []
+    circular.append(circular)
+    for bad in ({1: 2, "a": 3}, {(1,): 2}, circular):
+        with pytest.raises((TypeError, ValueError)) as want:
+            json.dumps(bad, sort_keys=True, default=str)
+        with pytest.raises(want.type, match=re.escape(str(want.value))):
+            canonical_json(bad)
+    assert canonical_json({"b": object, "a": (1, "é")}) == json.dumps(
+        {"b": object, "a": (1, "é")}, sort_keys=True, default=str
+    )

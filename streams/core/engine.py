@@ -460,27 +460,39 @@ class SessionEngine:
                 or (deadline_due and r.watches_deadline)
                 or (agent_step and r.watches_agent_events)
             ):
-                if not r.idle_when_unchanged or fired or version is None:
+                quiet = r.assess_quiet
+                if quiet is not None and version is not None:
+                    # silent on the same patterns and history below that call count
+                    # (``assess_quiet``, its declared contract)
+                    if not fired:
+                        seen = idle.get(r.name)
+                        if (
+                            seen is not None
+                            and seen[0] == version
+                            and seen[1] is self._history
+                            and count < seen[3]
+                        ):
+                            continue
+                    a, until = quiet(self._context(st, analysis, now, fired))
+                    if a is None:
+                        idle[r.name] = (version, self._history, st, until)
+                elif not r.idle_when_unchanged or fired or version is None:
                     a = self._run(r, st, analysis, now, fired)
                 else:
                     # it said nothing on the same patterns, history, counters and call
                     # count: it would say nothing again (its declared contract)
                     seen = idle.get(r.name)
-                    quiet = r.assess_quiet
-                    if seen is not None and seen[0] == version and seen[1] is self._history:
-                        if quiet is not None:
-                            if count < seen[3]:
-                                continue  # silent below that call count (``assess_quiet``)
-                        elif seen[2] is st and seen[3] == count:
-                            continue
-                    if quiet is not None:
-                        a, until = quiet(self._context(st, analysis, now, fired))
-                        if a is None:
-                            idle[r.name] = (version, self._history, st, until)
-                    else:
-                        a = self._run(r, st, analysis, now, fired)
-                        if a is None:
-                            idle[r.name] = (version, self._history, st, count)
+                    if (
+                        seen is not None
+                        and seen[0] == version
+                        and seen[1] is self._history
+                        and seen[2] is st
+                        and seen[3] == count
+                    ):
+                        continue
+                    a = self._run(r, st, analysis, now, fired)
+                    if a is None:
+                        idle[r.name] = (version, self._history, st, count)
                 if a is not None:
                     produced.append((r.name, a))
 

@@ -288,8 +288,10 @@ class PatternObserver:
         history returns None at every call count below ``until``, whatever the
         ``observer_state`` (it reads ``last_assessment_call_index`` only, which
         changes only when this observer speaks, i.e. with the history), the budget
-        and the clock.  Why it holds: with the patterns and the previous assessment
-        fixed, the call count reaches ``_should_run`` only through escalation
+        and the clock.  A silent run with new patterns vouches so for later runs
+        without them, or returns 0 (no span).  Why it holds: with the patterns and
+        the previous assessment fixed, the call count reaches ``_should_run`` only
+        through escalation
         (a caution pattern already reported becomes warning ``escalate_after_calls``
         calls after its report) and the ``refresh_calls`` repeat (see
         :meth:`_quiet_until`).
@@ -313,6 +315,14 @@ class PatternObserver:
         (below warning) when a reported escalating caution pattern escalates,
         changing the severity it last said.
         """
+        if context.new_patterns:
+            # a silent run with new patterns speaks for later runs without them only
+            # when they are the very patterns the analysis shows (then ``_active``
+            # is the same, and new patterns can only make it speak)
+            shown = context.analysis.patterns()
+            for p in context.new_patterns:
+                if shown.get(p.pattern_type) is not p:
+                    return 0
         if previous is None or not judged:
             return _QUIET_FOREVER
         current: Severity = "info"

@@ -29,14 +29,14 @@ from hypothesis import strategies as st
 import streams.core.config as config_module
 import streams.core.detectors.drift as drift_module
 import streams.core.engine as engine_module
-from streams.core.analysis import TrajectoryBuilder, _restamped
+from streams.core.analysis import TrajectoryAnalysisConfig, TrajectoryBuilder, _restamped
 from streams.core.config import EngineConfig, ObserverSpec
 from streams.core.detectors.drift import task_paths
 from streams.core.engine import SessionEngine
 from streams.core.events import Budget, TraceEvent
 from streams.core.observers import ObserverContext, ObserverTrigger
 from streams.core.pattern_observer import PatternObserver
-from streams.core.patterns import TrajectoryPattern
+from streams.core.patterns import AnalysisView, TrajectoryPattern
 from streams.core.resource import ResourceObserver
 from streams.core.similarity import canonical_json
 
@@ -339,3 +339,67 @@ def test_canonical_json_raises_what_json_dumps_raises() -> None:
     assert canonical_json({"b": object, "a": (1, "é")}) == json.dumps(
         {"b": object, "a": (1, "é")}, sort_keys=True, default=str
     )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Tagged(TrajectoryPattern):
+    """A plugin pattern whose instances differ by ``tag``."""
+
+    tag: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.tag
+
+
+class _FreshInfo:
+    """Fires a new info-level ``custom`` pattern on every call."""
+
+    name = "fresh_info"
+
+    def detect(self, analysis: AnalysisView) -> TrajectoryPattern | None:
+        n = analysis.tool_call_count
+        return _Tagged(
+            pattern_type="custom", confidence=0.1, evidence=(), first_seen_ms=n, tag=f"a{n}"
+        )
+
+    def reset(self) -> None:
+        return None
+
+
+class _GrowingCaution:
+    """One ``custom`` instance that fires at info and is refreshed to caution."""
+
+    name = "growing_caution"
+
+    def detect(self, analysis: AnalysisView) -> TrajectoryPattern | None:
+        conf = 0.1 if analysis.tool_call_count < 2 else 0.9
+        return _Tagged(
+            pattern_type="custom", confidence=conf, evidence=(), first_seen_ms=0, tag="b"
+        )
+
+    def reset(self) -> None:
+        return None
+
+
+def test_a_silent_run_on_a_pattern_the_analysis_does_not_show_vouches_for_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two detectors report the same pattern type: the one that fired on this event
+    (info) hides, for this run only, the one the analysis shows (caution).  The
+    silence of that run must not carry over to the next event, where the pattern
+    observer sees the caution pattern and speaks (``_quiet_until`` returns 0)."""
+    cfg = EngineConfig(
+        analysis=TrajectoryAnalysisConfig(detectors=(_FreshInfo(), _GrowingCaution())),
+        observers=(ObserverSpec("pattern", ObserverTrigger(on_every_call=True)),),
+    )
+    events = [_ev("session_start", 0)]
+    for call in range(1, 6):
+        events.append(_ev("tool_call", len(events), call_id=f"c{call}", tool_name="ls"))
+        events.append(_ev("tool_result", len(events), call_id=f"c{call}"))
+        events.append(_ev("model_step", len(events), input_tokens=1, output_tokens=1))
+    fast = _outputs(events, cfg)
+    assert any("Patterns" in out for out in fast)
+    monkeypatch.setitem(config_module.OBSERVER_KINDS, "pattern", _AlwaysRunPatternObserver)
+    monkeypatch.setattr(engine_module, "_BUILT", {})
+    assert fast == _outputs(events, cfg)

@@ -437,6 +437,8 @@ class SessionEngine:
 
         deadline_due = self._budget.deadline_ms is not None and self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
+        # quiet observers that spoke, and their quiet span once that is committed
+        spoke: list[tuple[str, ObserverState, int]] = []
         states = self._observer_states
         version: int | None = getattr(analysis, "patterns_version", None)
         idle = self._idle
@@ -476,6 +478,8 @@ class SessionEngine:
                     a, until = quiet(self._context(st, analysis, now, fired))
                     if a is None:
                         idle[r.name] = (version, self._history, st, until)
+                    elif until:
+                        spoke.append((r.name, st, until))
                 elif not r.idle_when_unchanged or fired or version is None:
                     a = self._run(r, st, analysis, now, fired)
                 else:
@@ -497,6 +501,9 @@ class SessionEngine:
                     produced.append((r.name, a))
 
         assessment = self._commit(produced, analysis, now, ev.seq, "event", deadline_due)
+        if spoke and version is not None:
+            for name, st, until in spoke:
+                idle[name] = (version, self._history, st, until)  # see ``assess_quiet``
         self._last_seq = ev.seq
         if not fired and assessment is None:
             return _APPLIED

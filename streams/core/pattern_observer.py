@@ -279,8 +279,9 @@ class PatternObserver:
         return self._observe(context, judged, previous)
 
     def assess_quiet(self, context: ObserverContext) -> tuple[Assessment | None, int]:
-        """:meth:`assess`, and when it says nothing, the call count before which it
-        would keep saying nothing (``_QUIET_FOREVER``: at every count).
+        """:meth:`assess`, and the call count before which it would say nothing
+        (``_QUIET_FOREVER``: at every count): after this silent run, or, when it
+        spoke, after the engine committed what it said (see :meth:`_quiet_after`).
 
         Contract (what lets the engine skip runs across calls, not only on the same
         call as ``idle_when_unchanged``): when this returns ``(None, until)``, a run
@@ -299,8 +300,50 @@ class PatternObserver:
         previous = context.history.last_for(self.name)
         judged = self._judge(context, previous)
         if self._should_run(context, judged, previous):
-            return self._observe(context, judged, previous), 0
+            said = self._observe(context, judged, previous)
+            return said, self._quiet_after(context, judged, said)
         return None, self._quiet_until(context, judged, previous)
+
+    @staticmethod
+    def _shows_new(context: ObserverContext) -> bool:
+        """The new patterns are the very patterns the analysis shows by type: then a
+        run without them judges the same active patterns (``_active``)."""
+        if not context.new_patterns:
+            return True
+        shown = context.analysis.patterns()
+        return all(shown.get(p.pattern_type) is p for p in context.new_patterns)
+
+    def _quiet_after(
+        self, context: ObserverContext, judged: list[_Judged], said: Assessment
+    ) -> int:
+        """For a run that said ``said``: the quiet span (see :meth:`assess_quiet`) of
+        the runs after the engine committed it, i.e. with ``said`` as the previous
+        assessment and in the latest current one, and ``last_assessment_call_index``
+        at this call count.
+
+        Why it is silent then: the severity is what it just said (patterns reported
+        before keep their first report, new ones are first reported now, so none
+        escalates at this count), no call has passed since it spoke, and the latest
+        current assessment holds its own; the cleared assessment has no
+        observations.  It speaks again at the ``refresh_calls`` repeat or (below
+        warning) when an escalating caution pattern escalates.
+        """
+        if not self._shows_new(context):
+            return 0
+        if not judged:
+            return _QUIET_FOREVER
+        current = said.severity
+        if current == "info":
+            return _QUIET_FOREVER
+        call = context.call_index
+        until = call + self.refresh_calls
+        if current == "caution":
+            after = self.escalate_after_calls
+            for j in judged:
+                if j.base == "caution" and j.pattern.pattern_type in ESCALATING_PATTERNS:
+                    first = j.first_reported if j.first_reported is not None else call
+                    until = min(until, first + after)
+        return until
 
     def _quiet_until(
         self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
@@ -315,14 +358,11 @@ class PatternObserver:
         (below warning) when a reported escalating caution pattern escalates,
         changing the severity it last said.
         """
-        if context.new_patterns:
+        if not self._shows_new(context):
             # a silent run with new patterns speaks for later runs without them only
             # when they are the very patterns the analysis shows (then ``_active``
             # is the same, and new patterns can only make it speak)
-            shown = context.analysis.patterns()
-            for p in context.new_patterns:
-                if shown.get(p.pattern_type) is not p:
-                    return 0
+            return 0
         if previous is None or not judged:
             return _QUIET_FOREVER
         current: Severity = "info"

@@ -96,10 +96,26 @@ _REFRESHES_FIRST = EngineConfig(
 )
 
 
+#: Spans of one call: the next tool call already refreshes or escalates (a span
+#: one call too long skips exactly that run).
+_NEXT_CALL = {
+    f"next-call-{what}": EngineConfig(
+        observers=(
+            ObserverSpec(
+                "pattern",
+                ObserverTrigger(on_every_call=True),
+                (("refresh_calls", refresh), ("escalate_after_calls", escalate)),
+            ),
+        )
+    )
+    for what, refresh, escalate in (("refresh", 1, 4), ("escalate", 4, 1))
+}
+
+
 @pytest.mark.parametrize(
     "cfg",
-    [EngineConfig(), _QUIET_REFRESH, _ESCALATES_FIRST, _REFRESHES_FIRST],
-    ids=["default", "no-refresh", "escalates-first", "refreshes-first"],
+    [EngineConfig(), _QUIET_REFRESH, _ESCALATES_FIRST, _REFRESHES_FIRST, *_NEXT_CALL.values()],
+    ids=["default", "no-refresh", "escalates-first", "refreshes-first", *_NEXT_CALL],
 )
 @pytest.mark.parametrize("seed", [0, 1, 2, 3, 4, 5])
 def test_skipping_an_idle_observer_changes_no_output(

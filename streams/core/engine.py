@@ -178,6 +178,7 @@ class SessionEngine:
         "_session_start_ms",
         "_snapshots",
         "_tokens_used",
+        "_uncounted",
     )
 
     def __init__(self, cfg: EngineConfig, state: SessionState, factory: BuilderFactory) -> None:
@@ -239,7 +240,30 @@ class SessionEngine:
             self._builder = self._factory.build_from(self._cfg.analysis, state.analysis)
         self._call_count = self._builder.tool_call_count
         self._idle: dict[str, tuple[int, AssessmentHistory, ObserverState, int]] = {}
+        self._uncounted = 0
         self._set_profile(state.profile, dict(state.observer_states))
+
+    def _counted_states(self) -> dict[str, ObserverState]:
+        """The observer states with every tool call counted.
+
+        Invariant: each observer's true ``tool_calls_since_assessment`` is its
+        state's value plus ``_uncounted``; whatever reads the states as values
+        (a run, a commit, a snapshot, the timer, a profile change) calls this
+        first.  Why: rebuilding every observer's frozen state on every tool call
+        cost more than the runs that read it (most calls run no observer).
+        """
+        n = self._uncounted
+        states = self._observer_states
+        if n:
+            self._uncounted = 0
+            for name, st in states.items():  # values replaced, keys unchanged
+                states[name] = ObserverState(  # positional, in field order
+                    st.tool_calls_since_assessment + n,
+                    st.last_assessment_ms,
+                    st.last_assessment_call_index,
+                    st.total_assessments,
+                )
+        return states
 
     def _set_profile(self, profile: str, states: dict[str, ObserverState]) -> None:
         specs = self._cfg.observers_for(profile)
@@ -320,7 +344,7 @@ class SessionEngine:
             budget=self._budget,
             tokens_used=self._tokens_used,
             analysis=self._builder.snapshot(),
-            observer_states=tuple(self._observer_states.items()),
+            observer_states=tuple(self._counted_states().items()),
             current=self._current,
             history=self._history,
             deadline_reported_ms=self._deadline_reported_ms,
@@ -381,11 +405,10 @@ class SessionEngine:
 
         if self._session_start_ms is None:
             self._session_start_ms = ev.timestamp_ms
-        now = (
-            ev.timestamp_ms
-            if self._last_event_ms is None
-            else max(self._last_event_ms, ev.timestamp_ms)
-        )
+        now = ev.timestamp_ms
+        last = self._last_event_ms
+        if last is not None and last > now:
+            now = last  # event time never goes back (``max``, without the call)
         self._last_event_ms = now
 
         if ev.type == "snapshot":
@@ -404,7 +427,7 @@ class SessionEngine:
         elif ev.type == "session_start":
             profile = ev.metadata.get(META_OBSERVER_PROFILE)
             if profile is not None and profile != self._profile:
-                self._set_profile(profile, self._observer_states)
+                self._set_profile(profile, self._counted_states())
         elif etype == "model_step":
             tokens = ev.total_tokens
             if tokens:
@@ -416,7 +439,7 @@ class SessionEngine:
         analysis: AnalysisView = self._builder
         count = analysis.tool_call_count
         self._call_count = count
-        delta = max(0, count - before)
+        delta = count - before if count > before else 0
         is_result = etype == "tool_result" or (etype == "error" and ev.call_id is not None)
         call_step = delta > 0 or is_result
         failure = is_result and (etype == "error" or ev.is_error)
@@ -426,14 +449,8 @@ class SessionEngine:
         agent_step = not call_step and (bool(fired) or etype in ("message", "model_step", "error"))
 
         if delta:
-            states = self._observer_states
-            for name, st in states.items():  # values replaced, keys unchanged
-                states[name] = ObserverState(  # positional, in field order
-                    st.tool_calls_since_assessment + delta,
-                    st.last_assessment_ms,
-                    st.last_assessment_call_index,
-                    st.total_assessments,
-                )
+            self._uncounted += delta  # counted when read (``_counted_states``)
+        uncounted = self._uncounted
 
         deadline_due = self._budget.deadline_ms is not None and self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
@@ -452,10 +469,13 @@ class SessionEngine:
             n_errors = r.after_errors
             if (
                 # ``should_trigger``, written out (two calls with keywords per event cost
-                # more than the checks); test_engine_fastpaths compares the two
+                # more than the checks); test_engine_trigger_digest pins it
                 (
                     call_step
-                    and (r.on_every_call or (n_calls and st.tool_calls_since_assessment >= n_calls))
+                    and (
+                        r.on_every_call
+                        or (n_calls and st.tool_calls_since_assessment + uncounted >= n_calls)
+                    )
                 )
                 or (failure and n_errors and analysis.consecutive_errors >= n_errors)
                 or (r.timed and time_trigger_due(r.trigger, st, now, self._session_start_ms))
@@ -463,18 +483,21 @@ class SessionEngine:
                 or (agent_step and r.watches_agent_events)
             ):
                 quiet = r.assess_quiet
-                if quiet is not None and version is not None:
+                if quiet is not None and version is not None and not fired:
                     # silent on the same patterns and history below that call count
                     # (``assess_quiet``, its declared contract)
-                    if not fired:
-                        seen = idle.get(r.name)
-                        if (
-                            seen is not None
-                            and seen[0] == version
-                            and seen[1] is self._history
-                            and count < seen[3]
-                        ):
-                            continue
+                    seen = idle.get(r.name)
+                    if (
+                        seen is not None
+                        and seen[0] == version
+                        and seen[1] is self._history
+                        and count < seen[3]
+                    ):
+                        continue
+                if uncounted:  # it runs: its state must count every call
+                    st = self._counted_states()[r.name]
+                    uncounted = 0
+                if quiet is not None and version is not None:
                     a, until = quiet(self._context(st, analysis, now, fired))
                     if a is None:
                         idle[r.name] = (version, self._history, st, until)
@@ -500,7 +523,11 @@ class SessionEngine:
                 if a is not None:
                     produced.append((r.name, a))
 
-        assessment = self._commit(produced, analysis, now, ev.seq, "event", deadline_due)
+        assessment = (
+            self._commit(produced, analysis, now, ev.seq, "event", deadline_due)
+            if produced
+            else None
+        )
         if spoke and version is not None:
             for name, st, until in spoke:
                 idle[name] = (version, self._history, st, until)  # see ``assess_quiet``
@@ -531,8 +558,9 @@ class SessionEngine:
         analysis: AnalysisView = self._builder
         deadline_due = self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
+        states = self._counted_states()
         for r in self._runners:
-            st = self._observer_states[r.name]
+            st = states[r.name]
             due = time_trigger_due(r.trigger, st, now, self._session_start_ms) or (
                 deadline_due and r.watches_deadline
             )
@@ -591,9 +619,10 @@ class SessionEngine:
         if not produced:
             return None
         count = analysis.tool_call_count
+        states = self._counted_states()
         for name, _ in produced:
-            st = self._observer_states[name]
-            self._observer_states[name] = ObserverState(
+            st = states[name]
+            states[name] = ObserverState(
                 tool_calls_since_assessment=0,
                 last_assessment_ms=now,
                 last_assessment_call_index=count,

@@ -30,6 +30,7 @@ import streams.core.config as config_module
 import streams.core.detectors.drift as drift_module
 import streams.core.engine as engine_module
 from streams.core.analysis import TrajectoryAnalysisConfig, TrajectoryBuilder, _restamped
+from streams.core.assessment import Assessment
 from streams.core.config import EngineConfig, ObserverSpec
 from streams.core.detectors.drift import task_paths
 from streams.core.engine import SessionEngine
@@ -419,3 +420,46 @@ def test_a_silent_run_on_a_pattern_the_analysis_does_not_show_vouches_for_nothin
     monkeypatch.setitem(config_module.OBSERVER_KINDS, "pattern", _AlwaysRunPatternObserver)
     monkeypatch.setattr(engine_module, "_BUILT", {})
     assert fast == _outputs(events, cfg)
+
+
+@dataclass(frozen=True, slots=True)
+class _CallCounter:
+    """Says how many tool calls its state counted since its last assessment."""
+
+    @property
+    def name(self) -> str:
+        return "Counter"
+
+    def should_run(self, context: ObserverContext) -> bool:
+        return True
+
+    def observe(self, context: ObserverContext) -> Assessment:
+        st = context.observer_state
+        return Assessment(
+            observer_name=self.name,
+            summary=f"{st.tool_calls_since_assessment} calls, {st.total_assessments} before",
+        )
+
+
+def test_an_observer_sees_every_call_counted_although_counting_is_deferred(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The engine adds tool calls to the observers' states only when something reads
+    them (``_counted_states``): a run, a commit, a snapshot must see them all."""
+    monkeypatch.setitem(config_module.OBSERVER_KINDS, "counter", _CallCounter)
+    cfg = EngineConfig(observers=(ObserverSpec("counter", ObserverTrigger(every_n_calls=3)),))
+    engine = SessionEngine.create("s", cfg)
+    said: list[str] = []
+    seq = 0
+    for call in range(1, 10):
+        seq += 1
+        res = engine.on_event(_ev("tool_call", seq, call_id=f"c{call}", tool_name="ls"))
+        if res.assessment is not None:
+            said.append(res.assessment.assessments[0].summary)
+        seq += 1
+        engine.on_event(_ev("tool_result", seq, call_id=f"c{call}"))
+    assert said == ["3 calls, 0 before", "3 calls, 1 before", "3 calls, 2 before"]
+    seq += 1
+    engine.on_event(_ev("tool_call", seq, call_id="c10", tool_name="ls"))
+    (_, st), *_ = engine.snapshot().observer_states
+    assert (st.tool_calls_since_assessment, st.total_assessments) == (1, 3)

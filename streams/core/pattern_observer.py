@@ -292,10 +292,9 @@ class PatternObserver:
         and the clock.  A silent run with new patterns vouches so for later runs
         without them, or returns 0 (no span).  Why it holds: with the patterns and
         the previous assessment fixed, the call count reaches ``_should_run`` only
-        through escalation
-        (a caution pattern already reported becomes warning ``escalate_after_calls``
-        calls after its report) and the ``refresh_calls`` repeat (see
-        :meth:`_quiet_until`).
+        through escalation (a caution pattern already reported becomes warning
+        ``escalate_after_calls`` calls after its report) and the ``refresh_calls``
+        repeat (see :meth:`_quiet_until`).
         """
         previous = context.history.last_for(self.name)
         judged = self._judge(context, previous)

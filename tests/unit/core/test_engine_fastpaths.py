@@ -6,6 +6,13 @@ Each fast path (issue #12) must change nothing a consumer sees:
   patterns (``TrajectoryBuilder.patterns_version``), the history, its counters
   and the call count are those of its last silent run: compared here against
   the same observer with the skip turned off, event by event;
+* an observer that also declares ``assess_quiet`` (the pattern observer) is skipped
+  across calls while the patterns and the history stay and the call count is
+  below its quiet span (after a silent run, or after its own assessment was
+  committed): compared against the always-run observer with one-call spans too;
+* ``silent_without_limits`` is honoured only with the ``should_run`` it describes;
+  tool calls counted late (``_counted_states``) are all seen by a run and a
+  snapshot; ``canonical_json`` is ``json.dumps(sort_keys=True, default=str)``;
 * patterns are restamped by copying their fields, not ``dataclasses.replace``;
 * the effective budget is cached between the changes that invalidate it;
 * drift's task-path pattern (possessive, lookbehind-guarded) finds what the plain

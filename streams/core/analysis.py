@@ -52,7 +52,6 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib
-import json
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -70,7 +69,13 @@ from streams.core.patterns import (
     ToolCallRecord,
     TrajectoryPattern,
 )
-from streams.core.similarity import abbreviate, describe_action, error_signature, summarize_params
+from streams.core.similarity import (
+    abbreviate,
+    canonical_json,
+    describe_action,
+    error_signature,
+    summarize_params,
+)
 from streams.core.statecodec import state_type
 
 #: Entry-point group custom detectors register under.
@@ -319,9 +324,8 @@ def compact_record(record: ToolCallRecord) -> ToolCallRecord:
     )
 
 
-#: ``json.dumps(value, sort_keys=True, default=str)`` without building an encoder
-#: per call (the same C encoder, the same text).
-_JSON_ENCODE: Final = json.JSONEncoder(sort_keys=True, default=str).encode
+#: ``json.dumps(value, sort_keys=True, default=str)`` (see ``canonical_json``)
+_JSON_ENCODE: Final = canonical_json
 
 
 def _text(value: JsonValue) -> str:
@@ -452,7 +456,12 @@ class TrajectoryBuilder:
 
     def _init_state(self) -> None:
         self._window: deque[ToolCallRecord] = deque(maxlen=self._cfg.window_size)
-        self._compact: ToolCallRecord | None = None
+        # the view's ``last_call``/``last_compact`` as plain attributes, not
+        # properties: detectors read them ~17 times per completed call.  Invariant:
+        # ``last_call`` is ``_window[-1]`` (None when empty) and ``last_compact``
+        # its ``compact_record``; only ``_append``/``_complete``/``build_from`` set them.
+        self.last_call: ToolCallRecord | None = None
+        self.last_compact: ToolCallRecord | None = None
         self._errors: deque[ToolCallRecord] = deque()
         self._tool_counts: dict[str, int] = {}
         self._error_counts: dict[str, int] = {}
@@ -633,9 +642,9 @@ class TrajectoryBuilder:
             self._recent_ids.append(pending.call_id)
         self._append(record)
         if record.params is None and record.error_message is None:
-            self._compact = record
+            self.last_compact = record
         else:
-            self._compact = compact_record(record)
+            self.last_compact = compact_record(record)
         return self._run_detectors(record)
 
     def _append(self, record: ToolCallRecord) -> None:
@@ -656,6 +665,7 @@ class TrajectoryBuilder:
                 else:
                     del self._error_counts[sig]
         window.append(record)
+        self.last_call = record
         self._tool_counts[record.tool_name] = self._tool_counts.get(record.tool_name, 0) + 1
         if record.success:
             self._consecutive = 0
@@ -733,15 +743,6 @@ class TrajectoryBuilder:
     @property
     def consecutive_errors(self) -> int:
         return self._consecutive
-
-    @property
-    def last_call(self) -> ToolCallRecord | None:
-        return self._window[-1] if self._window else None
-
-    @property
-    def last_compact(self) -> ToolCallRecord | None:
-        """``last_call`` without ``params``/``error_message`` (what detectors keep)."""
-        return self._compact
 
     @property
     def task(self) -> str | None:
@@ -876,7 +877,8 @@ class TrajectoryBuilder:
                 self._errors.append(rec)
                 sig = rec.error_signature or ""
                 self._error_counts[sig] = self._error_counts.get(sig, 0) + 1
-        self._compact = compact_record(self._window[-1]) if self._window else None
+        self.last_call = self._window[-1] if self._window else None
+        self.last_compact = compact_record(self._window[-1]) if self._window else None
         self._turns = state.turn_count
         self._tool_calls = state.tool_call_count
         self._error_total = state.error_count

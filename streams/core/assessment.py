@@ -38,9 +38,13 @@ def max_severity(*severities: Severity) -> Severity:
     specification's ``max(severity, "caution")`` would compare strings, and
     ``"info" > "caution"`` alphabetically, which is not what its examples show)."""
     best: Severity = "info"
-    for s in severities:
-        if severity_rank(s) > severity_rank(best):
-            best = s
+    best_rank = 0
+    for s in severities:  # severity_rank, inlined (it runs several times per assessment)
+        rank = _RANK.get(s)
+        if rank is None:
+            severity_rank(s)  # raises ValueError naming it
+        elif rank > best_rank:
+            best, best_rank = s, rank
     return best
 
 

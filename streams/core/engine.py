@@ -60,7 +60,6 @@ from streams.core.observers import (
     ObserverContext,
     ObserverState,
     PatternView,
-    should_trigger,
     time_trigger_due,
 )
 from streams.core.patterns import TrajectoryPattern
@@ -179,6 +178,7 @@ class SessionEngine:
         "_session_start_ms",
         "_snapshots",
         "_tokens_used",
+        "_uncounted",
     )
 
     def __init__(self, cfg: EngineConfig, state: SessionState, factory: BuilderFactory) -> None:
@@ -240,7 +240,30 @@ class SessionEngine:
             self._builder = self._factory.build_from(self._cfg.analysis, state.analysis)
         self._call_count = self._builder.tool_call_count
         self._idle: dict[str, tuple[int, AssessmentHistory, ObserverState, int]] = {}
+        self._uncounted = 0
         self._set_profile(state.profile, dict(state.observer_states))
+
+    def _counted_states(self) -> dict[str, ObserverState]:
+        """The observer states with every tool call counted.
+
+        Invariant: each observer's true ``tool_calls_since_assessment`` is its
+        state's value plus ``_uncounted``; whatever reads the states as values
+        (a run, a commit, a snapshot, the timer, a profile change) calls this
+        first.  Why: rebuilding every observer's frozen state on every tool call
+        cost more than the runs that read it (most calls run no observer).
+        """
+        n = self._uncounted
+        states = self._observer_states
+        if n:
+            self._uncounted = 0
+            for name, st in states.items():  # values replaced, keys unchanged
+                states[name] = ObserverState(  # positional, in field order
+                    st.tool_calls_since_assessment + n,
+                    st.last_assessment_ms,
+                    st.last_assessment_call_index,
+                    st.total_assessments,
+                )
+        return states
 
     def _set_profile(self, profile: str, states: dict[str, ObserverState]) -> None:
         specs = self._cfg.observers_for(profile)
@@ -321,7 +344,7 @@ class SessionEngine:
             budget=self._budget,
             tokens_used=self._tokens_used,
             analysis=self._builder.snapshot(),
-            observer_states=tuple(self._observer_states.items()),
+            observer_states=tuple(self._counted_states().items()),
             current=self._current,
             history=self._history,
             deadline_reported_ms=self._deadline_reported_ms,
@@ -382,11 +405,10 @@ class SessionEngine:
 
         if self._session_start_ms is None:
             self._session_start_ms = ev.timestamp_ms
-        now = (
-            ev.timestamp_ms
-            if self._last_event_ms is None
-            else max(self._last_event_ms, ev.timestamp_ms)
-        )
+        now = ev.timestamp_ms
+        last = self._last_event_ms
+        if last is not None and last > now:
+            now = last  # event time never goes back (``max``, without the call)
         self._last_event_ms = now
 
         if ev.type == "snapshot":
@@ -405,7 +427,7 @@ class SessionEngine:
         elif ev.type == "session_start":
             profile = ev.metadata.get(META_OBSERVER_PROFILE)
             if profile is not None and profile != self._profile:
-                self._set_profile(profile, self._observer_states)
+                self._set_profile(profile, self._counted_states())
         elif etype == "model_step":
             tokens = ev.total_tokens
             if tokens:
@@ -417,7 +439,7 @@ class SessionEngine:
         analysis: AnalysisView = self._builder
         count = analysis.tool_call_count
         self._call_count = count
-        delta = max(0, count - before)
+        delta = count - before if count > before else 0
         is_result = etype == "tool_result" or (etype == "error" and ev.call_id is not None)
         call_step = delta > 0 or is_result
         failure = is_result and (etype == "error" or ev.is_error)
@@ -427,37 +449,61 @@ class SessionEngine:
         agent_step = not call_step and (bool(fired) or etype in ("message", "model_step", "error"))
 
         if delta:
-            states = self._observer_states
-            for name, st in states.items():  # values replaced, keys unchanged
-                states[name] = ObserverState(  # positional, in field order
-                    st.tool_calls_since_assessment + delta,
-                    st.last_assessment_ms,
-                    st.last_assessment_call_index,
-                    st.total_assessments,
-                )
+            self._uncounted += delta  # counted when read (``_counted_states``)
+        uncounted = self._uncounted
 
         deadline_due = self._budget.deadline_ms is not None and self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
+        # quiet observers that spoke, and their quiet span once that is committed
+        spoke: list[tuple[str, ObserverState, int]] = []
         states = self._observer_states
         version: int | None = getattr(analysis, "patterns_version", None)
         idle = self._idle
+        b = self._budget
+        unlimited = b.deadline_ms is None and b.max_tokens is None and b.max_tool_calls is None
         for r in self._runners:
+            if unlimited and r.silent_without_limits:
+                continue  # its should_run is False without a limit (its declared contract)
             st = states[r.name]
+            n_calls = r.every_n_calls
+            n_errors = r.after_errors
             if (
-                (call_step and r.on_every_call)
-                or should_trigger(
-                    r.trigger,
-                    st,
-                    analysis,
-                    now_ms=now,
-                    session_start_ms=self._session_start_ms,
-                    call_step=call_step,
-                    failure_completed=failure,
+                # ``should_trigger``, written out (two calls with keywords per event cost
+                # more than the checks); test_engine_trigger_digest pins it
+                (
+                    call_step
+                    and (
+                        r.on_every_call
+                        or (n_calls and st.tool_calls_since_assessment + uncounted >= n_calls)
+                    )
                 )
+                or (failure and n_errors and analysis.consecutive_errors >= n_errors)
+                or (r.timed and time_trigger_due(r.trigger, st, now, self._session_start_ms))
                 or (deadline_due and r.watches_deadline)
                 or (agent_step and r.watches_agent_events)
             ):
-                if not r.idle_when_unchanged or fired or version is None:
+                quiet = r.assess_quiet
+                if quiet is not None and version is not None and not fired:
+                    # silent on the same patterns and history below that call count
+                    # (``assess_quiet``, its declared contract)
+                    seen = idle.get(r.name)
+                    if (
+                        seen is not None
+                        and seen[0] == version
+                        and seen[1] is self._history
+                        and count < seen[3]
+                    ):
+                        continue
+                if uncounted:  # it runs: its state must count every call
+                    st = self._counted_states()[r.name]
+                    uncounted = 0
+                if quiet is not None and version is not None:
+                    a, until = quiet(self._context(st, analysis, now, fired))
+                    if a is None:
+                        idle[r.name] = (version, self._history, st, until)
+                    elif until:
+                        spoke.append((r.name, st, until))
+                elif not r.idle_when_unchanged or fired or version is None:
                     a = self._run(r, st, analysis, now, fired)
                 else:
                     # it said nothing on the same patterns, history, counters and call
@@ -477,7 +523,14 @@ class SessionEngine:
                 if a is not None:
                     produced.append((r.name, a))
 
-        assessment = self._commit(produced, analysis, now, ev.seq, "event", deadline_due)
+        assessment = (
+            self._commit(produced, analysis, now, ev.seq, "event", deadline_due)
+            if produced
+            else None
+        )
+        if spoke and version is not None:
+            for name, st, until in spoke:
+                idle[name] = (version, self._history, st, until)  # see ``assess_quiet``
         self._last_seq = ev.seq
         if not fired and assessment is None:
             return _APPLIED
@@ -505,8 +558,9 @@ class SessionEngine:
         analysis: AnalysisView = self._builder
         deadline_due = self._deadline_due(now)
         produced: list[tuple[str, Assessment]] = []
+        states = self._counted_states()
         for r in self._runners:
-            st = self._observer_states[r.name]
+            st = states[r.name]
             due = time_trigger_due(r.trigger, st, now, self._session_start_ms) or (
                 deadline_due and r.watches_deadline
             )
@@ -530,8 +584,19 @@ class SessionEngine:
         now: int,
         fired: tuple[PatternView, ...],
     ) -> Assessment | None:
+        ctx = self._context(st, analysis, now, fired)
+        if r.assess is not None:
+            return r.assess(ctx)
+        observer = r.observer
+        if not observer.should_run(ctx):
+            return None
+        return observer.observe(ctx)
+
+    def _context(
+        self, st: ObserverState, analysis: AnalysisView, now: int, fired: tuple[PatternView, ...]
+    ) -> ObserverContext:
         assert self._session_start_ms is not None
-        ctx = ObserverContext(
+        return ObserverContext(
             self._session_id,
             analysis,
             st,
@@ -541,12 +606,6 @@ class SessionEngine:
             fired,
             self._history,
         )
-        if r.assess is not None:
-            return r.assess(ctx)
-        observer = r.observer
-        if not observer.should_run(ctx):
-            return None
-        return observer.observe(ctx)
 
     def _commit(
         self,
@@ -560,9 +619,10 @@ class SessionEngine:
         if not produced:
             return None
         count = analysis.tool_call_count
+        states = self._counted_states()
         for name, _ in produced:
-            st = self._observer_states[name]
-            self._observer_states[name] = ObserverState(
+            st = states[name]
+            states[name] = ObserverState(
                 tool_calls_since_assessment=0,
                 last_assessment_ms=now,
                 last_assessment_call_index=count,
@@ -661,15 +721,26 @@ class _Runner:
     once); None for observers without it.  Both it and ``idle_when_unchanged``
     are promises about ``should_run``/``observe``, so they are honoured only when
     the class that defines them also defines those (a subclass overriding
-    ``should_run`` falls back to the plain calls).
+    ``should_run`` falls back to the plain calls).  So are ``assess_quiet``
+    (``assess`` plus the call count a silence lasts to, with the patterns and the
+    history unchanged: the idle skip then holds across calls, not only within one;
+    the pattern observer) and ``silent_without_limits`` (``should_run`` is False
+    while the budget sets no limit: the resource observer with ``require_budget``,
+    skipped without building a context).  The trigger's conditions are unpacked
+    here because the loop checks them inline (``should_trigger``, written out).
     """
 
     __slots__ = (
+        "after_errors",
         "assess",
+        "assess_quiet",
+        "every_n_calls",
         "idle_when_unchanged",
         "name",
         "observer",
         "on_every_call",
+        "silent_without_limits",
+        "timed",
         "trigger",
         "watches_agent_events",
         "watches_deadline",
@@ -680,12 +751,29 @@ class _Runner:
         self.observer = oc.observer
         self.trigger = oc.trigger
         self.on_every_call = oc.trigger.on_every_call
+        # ``should_trigger``'s conditions, unpacked for the per-event loop
+        self.every_n_calls = oc.trigger.every_n_calls
+        self.after_errors = oc.trigger.after_consecutive_errors
+        self.timed = oc.trigger.every_n_seconds is not None
         self.watches_agent_events = bool(getattr(oc.observer, "watches_agent_events", False))
         self.watches_deadline = bool(getattr(oc.observer, "reports_deadline", False))
         cls = type(oc.observer)
         self.idle_when_unchanged = _defined_together(
             cls, "idle_when_unchanged", "should_run"
         ) and bool(getattr(oc.observer, "idle_when_unchanged", False))
+        quiet = getattr(oc.observer, "assess_quiet", None)
+        self.assess_quiet: Callable[[ObserverContext], tuple[Assessment | None, int]] | None = (
+            quiet
+            if self.idle_when_unchanged
+            and callable(quiet)
+            and _defined_together(
+                cls, "assess_quiet", "idle_when_unchanged", "should_run", "observe"
+            )
+            else None
+        )
+        self.silent_without_limits = _defined_together(
+            cls, "silent_without_limits", "should_run"
+        ) and bool(getattr(oc.observer, "silent_without_limits", False))
         assess = getattr(oc.observer, "assess", None)
         self.assess: Callable[[ObserverContext], Assessment | None] | None = (
             assess

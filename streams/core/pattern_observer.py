@@ -62,6 +62,7 @@ counts only, no timers), so a replay reproduces refreshes and escalations.
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, NamedTuple
@@ -96,6 +97,9 @@ ESCALATING_PATTERNS: Final[frozenset[str]] = frozenset(
     {"doom_loop", "repeated_error", "monologue", "context_loop", "alternating_cycle"}
 )
 
+
+#: :meth:`PatternObserver.assess_quiet`'s "silent at every call count".
+_QUIET_FOREVER: Final = sys.maxsize
 
 #: Pattern types whose confidence alone can reach warning (the detectors raise it
 #: with every further repeat).
@@ -273,6 +277,115 @@ class PatternObserver:
         if not self._should_run(context, judged, previous):
             return None
         return self._observe(context, judged, previous)
+
+    def assess_quiet(self, context: ObserverContext) -> tuple[Assessment | None, int]:
+        """:meth:`assess`, and the call count before which it would say nothing
+        (``_QUIET_FOREVER``: at every count): after this silent run, or, when it
+        spoke, after the engine committed what it said (see :meth:`_quiet_after`).
+
+        Contract (what lets the engine skip runs across calls, not only on the same
+        call as ``idle_when_unchanged``): when this returns ``(None, until)``, a run
+        with no new patterns, the same patterns (``patterns_version``) and the same
+        history returns None at every call count below ``until``, whatever the
+        ``observer_state`` (it reads ``last_assessment_call_index`` only, which
+        changes only when this observer speaks, i.e. with the history), the budget
+        and the clock.  A silent run with new patterns vouches so for later runs
+        without them, or returns 0 (no span).  Why it holds: with the patterns and
+        the previous assessment fixed, the call count reaches ``_should_run`` only
+        through escalation (a caution pattern already reported becomes warning
+        ``escalate_after_calls`` calls after its report) and the ``refresh_calls``
+        repeat (see :meth:`_quiet_until`).
+        """
+        previous = context.history.last_for(self.name)
+        judged = self._judge(context, previous)
+        if self._should_run(context, judged, previous):
+            said = self._observe(context, judged, previous)
+            return said, self._quiet_after(context, judged, said)
+        return None, self._quiet_until(context, judged, previous)
+
+    @staticmethod
+    def _shows_new(context: ObserverContext) -> bool:
+        """The new patterns are the very patterns the analysis shows by type: then a
+        run without them judges the same active patterns (``_active``)."""
+        if not context.new_patterns:
+            return True
+        shown = context.analysis.patterns()
+        return all(shown.get(p.pattern_type) is p for p in context.new_patterns)
+
+    def _quiet_after(
+        self, context: ObserverContext, judged: list[_Judged], said: Assessment
+    ) -> int:
+        """For a run that said ``said``: the quiet span (see :meth:`assess_quiet`) of
+        the runs after the engine committed it, i.e. with ``said`` as the previous
+        assessment and in the latest current one, and ``last_assessment_call_index``
+        at this call count.
+
+        Why it is silent then: the severity is what it just said (patterns reported
+        before keep their first report, new ones are first reported now, so none
+        escalates at this count), no call has passed since it spoke, and the latest
+        current assessment holds its own; the cleared assessment has no
+        observations.  It speaks again at the ``refresh_calls`` repeat or (below
+        warning) when an escalating caution pattern escalates.
+        """
+        if not self._shows_new(context):
+            return 0
+        if not judged:
+            return _QUIET_FOREVER
+        current = said.severity
+        if current == "info":
+            return _QUIET_FOREVER
+        call = context.call_index
+        until = call + self.refresh_calls
+        if current == "caution":
+            after = self.escalate_after_calls
+            for j in judged:
+                if j.base == "caution" and j.pattern.pattern_type in ESCALATING_PATTERNS:
+                    first = j.first_reported if j.first_reported is not None else call
+                    until = min(until, first + after)
+        return until
+
+    def _quiet_until(
+        self, context: ObserverContext, judged: list[_Judged], previous: Assessment | None
+    ) -> int:
+        """For a silent run: the first call count at which ``_should_run`` could say
+        True with the same patterns, history and no new patterns.
+
+        No previous assessment: escalation needs a report, so the severity and the
+        answer (speak iff not info) do not move.  No active pattern: the answer is
+        ``previous.observations``, fixed.  Severity info (so no caution pattern can
+        escalate): fixed.  Otherwise it speaks at the ``refresh_calls`` repeat, or
+        (below warning) when a reported escalating caution pattern escalates,
+        changing the severity it last said.
+        """
+        if not self._shows_new(context):
+            # a silent run with new patterns speaks for later runs without them only
+            # when they are the very patterns the analysis shows (then ``_active``
+            # is the same, and new patterns can only make it speak)
+            return 0
+        if previous is None or not judged:
+            return _QUIET_FOREVER
+        current: Severity = "info"
+        for j in judged:
+            if j.effective == "warning":
+                current = "warning"
+                break
+            if j.effective == "caution":
+                current = "caution"
+        if current == "info":
+            return _QUIET_FOREVER
+        until = context.observer_state.last_assessment_call_index + self.refresh_calls
+        if current == "caution":
+            after = self.escalate_after_calls
+            for j in judged:
+                first = j.first_reported
+                if (
+                    j.base == "caution"
+                    and first is not None
+                    and j.pattern.pattern_type in ESCALATING_PATTERNS
+                    and first + after < until
+                ):
+                    until = first + after
+        return until
 
     def should_run(self, context: ObserverContext) -> bool:
         """Speak on a newly fired pattern of at least caution severity, when the

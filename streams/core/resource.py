@@ -110,6 +110,18 @@ class ResourceObserver:
     def reports_deadline(self) -> bool:
         return True
 
+    @property
+    def silent_without_limits(self) -> bool:
+        """The engine may skip this observer, without building a context, while the
+        session's budget sets no limit (no deadline, token or tool-call limit).
+
+        Contract (what makes the skip exact): with ``require_budget`` true,
+        ``should_run`` returns False whenever ``context.budget`` has none of the
+        three limits, so such a run produces nothing and changes no counter.
+        Keep ``should_run`` that way or drop this flag.
+        """
+        return self.require_budget
+
     def should_run(self, context: ObserverContext) -> bool:
         # The trigger configuration controls frequency; with ``require_budget`` a
         # session that never set a limit has nothing to report.

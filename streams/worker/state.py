@@ -82,11 +82,20 @@ _EMPTY_RECENT: Final = '"recent":[],"seq_gaps":'
 _RECENT_KEY_LEN: Final = len('"recent":[]')
 
 
+#: class -> its dataclass field names, in order (``dataclasses.fields`` rebuilds the
+#: tuple on every call: about half of a small value's encode).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _fields(value: Any) -> dict[str, Any]:
     """Shallow field dict: ``dataclasses.asdict`` deep-copies every nested value
     (the recent-events window), which dominated the worker's per-event time
     (docs/faust-notes.md "Measured costs behind the worker's code")."""
-    return {f.name: getattr(value, f.name) for f in fields(value)}
+    cls = type(value)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(value))
+    return {name: getattr(value, name) for name in names}
 
 
 def _load(data: bytes, kind: str) -> dict[str, Any]:

@@ -303,10 +303,16 @@ class BudgetState:
                 budget_seq=event.seq,
             )
         if event.type == "model_step" and event.total_tokens:
-            return replace(
-                self,
+            # the constructor, not dataclasses.replace: this runs for every model step
+            return BudgetState(
+                session_id=self.session_id,
                 last_seq=event.seq,
+                deadline_ms=self.deadline_ms,
+                max_tokens=self.max_tokens,
+                max_tool_calls=self.max_tool_calls,
+                reported_tokens_used=self.reported_tokens_used,
                 tokens_since_report=self.tokens_since_report + event.total_tokens,
+                budget_seq=self.budget_seq,
             )
         return None
 
@@ -357,10 +363,14 @@ class MinuteCounts:
     def apply(self, event: TraceEvent) -> MinuteCounts | None:
         if event.seq <= self.last_seq or not self.counts(event):
             return None
-        is_error = event.type == "error" or (event.type == "tool_result" and event.is_error)
-        return replace(
-            self,
-            tool_calls=self.tool_calls + (event.type == "tool_call"),
+        etype = event.type
+        is_error = etype == "error" or (etype == "tool_result" and event.is_error)
+        # the constructor, not dataclasses.replace (which looks the fields up on every
+        # call): this runs for every tool call and error
+        return MinuteCounts(
+            session_id=self.session_id,
+            minute_start_ms=self.minute_start_ms,
+            tool_calls=self.tool_calls + (etype == "tool_call"),
             errors=self.errors + is_error,
             last_seq=event.seq,
         )

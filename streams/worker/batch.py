@@ -293,7 +293,8 @@ class EventBatchHandler:
                 seconds.append(max(0, perf_ns() - started_ns) / 1e9)
                 timestamps.append(event.timestamp_ms)
                 metrics.on_outputs(result.engine)
-            sends.extend(self._output_sends(outs))
+            if outs:
+                sends.extend(self._output_sends(outs))
             handled.append(record)
         if metrics is not None:
             metrics.on_events(types, seconds, timestamps)

@@ -587,6 +587,17 @@ class _ChangelogBatches:
         self.batches += 1
 
 
+def _rocksdb_write_batch(store: Any) -> Any:
+    """An empty write batch for a Faust RocksDB ``store``, of the library it uses
+    (rocksdict in raw mode, else python-rocksdb), as Faust's changelog recovery makes it."""
+    import faust.stores.rocksdb
+
+    lib: Any = faust.stores.rocksdb  # its optional imports (rocksdict, rocksdb) are untyped
+    if getattr(store, "use_rocksdict", False):
+        return lib.rocksdict.WriteBatch(raw_mode=True)
+    return lib.rocksdb.WriteBatch()
+
+
 class StateFlusher:
     """Writes the processor's collected values partition-explicitly: local store + changelog.
 
@@ -641,7 +652,16 @@ class StateFlusher:
 
     def write(self, writes: list[TableWrite], batches: _ChangelogBatches) -> None:
         """Write ``writes`` to the local stores and add them to ``batches`` (no await:
-        the stores hold them when this returns; the caller queues the batches)."""
+        the stores hold them when this returns; the caller queues the batches).
+
+        RocksDB writes go in one ``WriteBatch`` per store partition, written before
+        this returns, as Faust's own changelog recovery writes them
+        (``faust.stores.rocksdb.Store.apply_changelog_batch``): one put per value
+        cost ~4.9 µs against ~3.2 in batches of 32, and at 1,000 events/s over
+        1,000 sessions every event writes ~2 values (docs/faust-notes.md
+        "Measured costs").
+        """
+        rocks: dict[tuple[int, int], tuple[Any, Any]] = {}  # (store, partition) -> (db, batch)
         for w in writes:
             table = self.tables[w.table]
             if w.partition is None:
@@ -649,11 +669,17 @@ class StateFlusher:
             store = table.data
             dbs = getattr(store, "_db_for_partition", None)
             if dbs is not None:  # RocksDB: one DB per partition
-                dbs(w.partition).put(w.key, w.value)
+                at = (id(store), w.partition)
+                pending = rocks.get(at)
+                if pending is None:
+                    pending = rocks[at] = (dbs(w.partition), _rocksdb_write_batch(store))
+                pending[1].put(w.key, w.value)
                 store._key_index[w.key] = w.partition
             else:  # memory store: a dict of raw keys (what changelog recovery writes)
                 store.data[w.key] = w.value
             batches.add(table, w.partition, w.key, w.value)
+        for db, batch in rocks.values():
+            db.write(batch)
 
     def _count(self, batches: _ChangelogBatches) -> None:
         self.flushes += 1

@@ -367,13 +367,15 @@ class EventProcessor:
         if sid in recency:
             del recency[sid]
         recency[sid] = None
-        if (
-            event.parent_session_id is not None
-            or event.agent_id is not None
-            or (sid not in self._lineage)
-        ):
-            self._lineage[sid] = Lineage(sid, event.parent_session_id, event.agent_id)
-        session = self._load(
+        parent = event.parent_session_id
+        agent = event.agent_id
+        lineage = self._lineage.get(sid)
+        if lineage is None or (
+            (parent is not None or agent is not None)
+            and (lineage.parent_session_id != parent or lineage.agent_id != agent)
+        ):  # a new value only when it changes (most events repeat the last one)
+            self._lineage[sid] = Lineage(sid, parent, agent)
+        session = self._sessions.get(sid) or self._load(
             "sessions",
             self._sessions,
             self.sessions,
@@ -395,7 +397,7 @@ class EventProcessor:
 
         budget_written = False
         if event.type in ("budget", "model_step"):
-            budget = self._load(
+            budget = self._budgets.get(sid) or self._load(
                 "budgets",
                 self._budgets,
                 self.budgets,

@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+import json.encoder
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
@@ -44,10 +45,34 @@ def canonical_bytes(value: Any) -> bytes:
     return canonical_text(value).encode("utf-8")
 
 
+#: The settings of every canonical text (``json.dumps`` keyword arguments).
+_CANONICAL: Final = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
+_default: Final = _CANONICAL.default
+_escape: Final = json.encoder.encode_basestring
+
+
 def canonical_text(value: Any) -> str:
-    """:func:`canonical_bytes` before the UTF-8 encoding (which fails on a lone surrogate)."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    """:func:`canonical_bytes` before the UTF-8 encoding (which fails on a lone surrogate).
+
+    The same text, and the same errors, as ``json.dumps(value, sort_keys=True,
+    separators=(",", ":"), ensure_ascii=False, allow_nan=False)``: it calls the C
+    encoder ``json.dumps`` ends up in, with the arguments ``JSONEncoder.iterencode``
+    gives it (a fresh circular-reference dict each call), without building a
+    ``JSONEncoder`` per call.  Why: the worker makes one per event (the event's
+    JSON, :func:`streams.worker.processor.storable_json`) and several per flushed
+    value; ``json.dumps`` spent ~1 us of its ~3 us per event on that setup
+    (docs/faust-notes.md "Measured costs").  Without the C accelerator (not
+    CPython), ``json.dumps`` itself.
+    """
+    if _c_make_encoder is None or isinstance(value, str):
+        return _CANONICAL.encode(value)
+    # (markers, default, encoder, indent, key_separator, item_separator, sort_keys,
+    # skipkeys, allow_nan): what JSONEncoder.iterencode passes for _CANONICAL
+    return "".join(
+        _c_make_encoder({}, _default, _escape, None, ":", ",", True, False, False)(value, 0)
     )
 
 
@@ -57,11 +82,20 @@ _EMPTY_RECENT: Final = '"recent":[],"seq_gaps":'
 _RECENT_KEY_LEN: Final = len('"recent":[]')
 
 
+#: class -> its dataclass field names, in order (``dataclasses.fields`` rebuilds the
+#: tuple on every call: about half of a small value's encode).
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
 def _fields(value: Any) -> dict[str, Any]:
     """Shallow field dict: ``dataclasses.asdict`` deep-copies every nested value
     (the recent-events window), which dominated the worker's per-event time
     (docs/faust-notes.md "Measured costs behind the worker's code")."""
-    return {f.name: getattr(value, f.name) for f in fields(value)}
+    cls = type(value)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in fields(value))
+    return {name: getattr(value, name) for name in names}
 
 
 def _load(data: bytes, kind: str) -> dict[str, Any]:
@@ -269,10 +303,16 @@ class BudgetState:
                 budget_seq=event.seq,
             )
         if event.type == "model_step" and event.total_tokens:
-            return replace(
-                self,
+            # the constructor, not dataclasses.replace: this runs for every model step
+            return BudgetState(
+                session_id=self.session_id,
                 last_seq=event.seq,
+                deadline_ms=self.deadline_ms,
+                max_tokens=self.max_tokens,
+                max_tool_calls=self.max_tool_calls,
+                reported_tokens_used=self.reported_tokens_used,
                 tokens_since_report=self.tokens_since_report + event.total_tokens,
+                budget_seq=self.budget_seq,
             )
         return None
 
@@ -323,10 +363,14 @@ class MinuteCounts:
     def apply(self, event: TraceEvent) -> MinuteCounts | None:
         if event.seq <= self.last_seq or not self.counts(event):
             return None
-        is_error = event.type == "error" or (event.type == "tool_result" and event.is_error)
-        return replace(
-            self,
-            tool_calls=self.tool_calls + (event.type == "tool_call"),
+        etype = event.type
+        is_error = etype == "error" or (etype == "tool_result" and event.is_error)
+        # the constructor, not dataclasses.replace (which looks the fields up on every
+        # call): this runs for every tool call and error
+        return MinuteCounts(
+            session_id=self.session_id,
+            minute_start_ms=self.minute_start_ms,
+            tool_calls=self.tool_calls + (etype == "tool_call"),
             errors=self.errors + is_error,
             last_seq=event.seq,
         )

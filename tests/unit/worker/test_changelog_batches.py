@@ -342,3 +342,37 @@ def test_a_failed_batch_stops_the_commit_before_any_offset_is_committed(
             assert did is True and committed == [{events_tp: 10}] and crashed == []
 
     asyncio.run(run())
+
+
+def test_a_flush_writes_every_value_to_the_rocksdb_stores_before_it_returns(
+    tmp_path: Path,
+) -> None:
+    """The RocksDB path (the worker's default store): each chunk's values go in one
+    ``WriteBatch`` per store partition (issue #12), all in the stores when
+    ``StateFlusher.write`` returns, and readable through Faust's store API."""
+
+    async def run() -> None:
+        from streams.worker.faust_app import create_app
+
+        settings = Settings(bootstrap="127.0.0.1:1", prefix="tcr")
+        config = WorkerConfig(
+            store="rocksdb://", data_dir=str(tmp_path), web_enabled=False, partitions=3
+        )
+        wapp = create_app(settings, config)
+        sender = FakeSender()
+        _install(wapp, sender)
+        flusher = wapp.app.state_flusher
+        flusher.WRITE_CHUNK = 7  # several chunks, several partitions per chunk
+        _apply(wapp, _events(sessions=25, per_session=2))
+        pending = wapp.processor.take_dirty()
+        expected = [p.encode() for p in pending]
+        assert {w.partition for w in expected} == {0, 1, 2}
+        await flusher.write_pending(pending, _no_flush)
+        for w in expected:
+            store = flusher.tables[w.table].data
+            assert store._db_for_partition(w.partition)[w.key] == w.value
+            assert store._key_index[w.key] == w.partition
+            assert store[w.key] == w.value  # Faust's read path finds it
+        assert flusher.changelog_records == len(expected)
+
+    asyncio.run(run())

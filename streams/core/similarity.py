@@ -24,9 +24,10 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 from streams.core.events import JsonValue
+from streams.core.jsontext import compiled_encoder
 
 ActionKind: TypeAlias = Literal["read", "search", "write", "create", "delete", "exec", "other"]
 
@@ -286,27 +287,10 @@ def sequence_similarity(seq_a: Sequence[str], seq_b: Sequence[str], n: int = 2) 
     return len(a & b) / union if union else 1.0
 
 
-_SORTED_JSON: Final = json.JSONEncoder(sort_keys=True, default=str)
-_C_MAKE_ENCODER: Final[Any] = getattr(json.encoder, "c_make_encoder", None)
-_C_ESCAPE: Final[Any] = getattr(json.encoder, "c_encode_basestring_ascii", None)
-
-
-def canonical_json(value: object) -> str:
-    """``json.dumps(value, sort_keys=True, default=str)``: the same text and errors.
-
-    Why not that call: it runs per completed tool call (arguments and output), and
-    ``JSONEncoder.encode`` spends more in Python set-up than the C encoder spends
-    encoding a small payload.  This makes the very C encoder ``encode`` makes
-    (``c_make_encoder`` with the same separators, sort order, ``default``,
-    ``allow_nan`` and a fresh circular-reference table) and calls it directly;
-    without the C accelerator it is ``JSONEncoder.encode`` itself.
-    """
-    if _C_MAKE_ENCODER is None or _C_ESCAPE is None:
-        return _SORTED_JSON.encode(value)
-    if isinstance(value, str):
-        return str(_C_ESCAPE(value))
-    chunks = _C_MAKE_ENCODER({}, str, _C_ESCAPE, None, ": ", ", ", True, False, True)(value, 0)
-    return "".join(chunks)
+#: ``json.dumps(value, sort_keys=True, default=str)``: the same text and errors.
+#: It runs per completed tool call (arguments and output), where ``json.dumps``'
+#: per-call set-up cost more than the encoding (:mod:`streams.core.jsontext`).
+canonical_json: Final = compiled_encoder(json.JSONEncoder(sort_keys=True, default=str))
 
 
 _JSON_ENCODE: Final = canonical_json

@@ -25,12 +25,12 @@ Invariants:
 from __future__ import annotations
 
 import json
-import json.encoder
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
 from streams.core.events import TraceEvent
 from streams.core.jsonl import event_to_json
+from streams.core.jsontext import compiled_encoder
 from streams.errors import StateDecodeError
 
 STATE_VERSION: Final = 1
@@ -49,31 +49,14 @@ def canonical_bytes(value: Any) -> bytes:
 _CANONICAL: Final = json.JSONEncoder(
     sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
 )
-_c_make_encoder: Any = getattr(json.encoder, "c_make_encoder", None)
-_default: Final = _CANONICAL.default
-_escape: Final = json.encoder.encode_basestring
-
-
-def canonical_text(value: Any) -> str:
-    """:func:`canonical_bytes` before the UTF-8 encoding (which fails on a lone surrogate).
-
-    The same text, and the same errors, as ``json.dumps(value, sort_keys=True,
-    separators=(",", ":"), ensure_ascii=False, allow_nan=False)``: it calls the C
-    encoder ``json.dumps`` ends up in, with the arguments ``JSONEncoder.iterencode``
-    gives it (a fresh circular-reference dict each call), without building a
-    ``JSONEncoder`` per call.  Why: the worker makes one per event (the event's
-    JSON, :func:`streams.worker.processor.storable_json`) and several per flushed
-    value; ``json.dumps`` spent ~1 us of its ~3 us per event on that setup
-    (docs/faust-notes.md "Measured costs").  Without the C accelerator (not
-    CPython), ``json.dumps`` itself.
-    """
-    if _c_make_encoder is None or isinstance(value, str):
-        return _CANONICAL.encode(value)
-    # (markers, default, encoder, indent, key_separator, item_separator, sort_keys,
-    # skipkeys, allow_nan): what JSONEncoder.iterencode passes for _CANONICAL
-    return "".join(
-        _c_make_encoder({}, _default, _escape, None, ":", ",", True, False, False)(value, 0)
-    )
+#: :func:`canonical_bytes` before the UTF-8 encoding (which fails on a lone
+#: surrogate): the same text, and the same errors, as ``json.dumps(value,
+#: sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)``,
+#: without its per-call set-up (:mod:`streams.core.jsontext`).  Why: the worker
+#: makes one per event (the event's JSON, :func:`streams.worker.processor.storable_json`)
+#: and several per flushed value; ``json.dumps`` spent ~1 us of its ~3 us per event
+#: on that set-up (docs/faust-notes.md "Measured costs").
+canonical_text: Final = compiled_encoder(_CANONICAL)
 
 
 #: How ``SessionCounters.encode`` finds where the recent entries go (see there).

@@ -320,10 +320,24 @@ class CpuSampler:
         busy = sum(int(x) for x in f[:8]) - int(f[3]) - int(f[4])  # minus idle, iowait
         return busy / os.sysconf("SC_CLK_TCK")
 
+    @staticmethod
+    def runqueue_wait_seconds(pid: int) -> float:
+        """Seconds the threads of ``pid`` were runnable but waiting for a core, so far
+        (``/proc/<pid>/task/*/schedstat``, second field): CPU starvation, measured."""
+        total = 0
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            try:
+                total += int(stat.read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that ended meanwhile
+        return total / 1e9
+
     def _sample(self) -> dict[str, float]:
         out = {k: cpu_seconds(p) for k, p in self._pids.items()}
         out["bench"] = cpu_seconds(os.getpid())
         out["machine"] = self.machine_seconds()
+        for k, p in self._pids.items():
+            out[f"{k}_wait"] = self.runqueue_wait_seconds(p)
         return out
 
     def _run(self) -> None:
@@ -332,9 +346,8 @@ class CpuSampler:
             cur, now = self._sample(), time.time()
             dt = now - t_prev
             row = {k: round((cur[k] - prev[k]) / dt, 2) for k in cur}
-            row["others"] = round(
-                row["machine"] - sum(v for k, v in row.items() if k != "machine"), 2
-            )
+            ours = sum(v for k, v in row.items() if k != "machine" and not k.endswith("_wait"))
+            row["others"] = round(row["machine"] - ours, 2)
             row["t"] = round(now * 1000)
             self._file.write(json.dumps(row) + "\n")
             prev, t_prev = cur, now
@@ -358,8 +371,11 @@ def tail_report(
     assessed -> delivered; dumped to ``dump_path`` with its wall times).  For the
     slowest 1 % and for the median half (p25-p75) this prints each hop's mean, and
     over the routed -> assessed window of each assessment the worker's main-thread
-    milliseconds in its own commit flushes, in GC, in slow callbacks (>= 5 ms), the
-    worst loop lag, and the machine's and other processes' CPU (cores).  What is
+    milliseconds in its own commit flushes (wall), in GC, in slow callbacks (>= 5 ms;
+    ``(cpu)``: the part the thread was on a core), the worst loop lag, and the
+    machine's and other processes' CPU (cores); ``wk-wait`` / ``bk-wait``: the
+    worker's / broker's threads runnable but waiting for a core (threads x
+    fraction of the time, ``schedstat``).  What is
     much larger for the slow group than for the median is what made them slow.
     """
     joined = []
@@ -376,6 +392,8 @@ def tail_report(
     n = len(joined)
     groups = {"slowest 1%": joined[int(0.99 * n) :], "p25-p75": joined[n // 4 : 3 * n // 4]}
     spans: dict[str, list[tuple[float, float]]] = {"flush": [], "gc": [], "slow": []}
+    #: the same spans shortened to the thread's CPU share (the rest: waiting for a core)
+    cpu_spans: dict[str, list[tuple[float, float]]] = {}
     lags: list[tuple[float, float]] = []
     for line in trace_path.read_text().splitlines():
         e = json.loads(line)
@@ -385,6 +403,8 @@ def tail_report(
             spans["flush"].append((t - total, t))
         elif k in ("gc", "slow") and e.get("th") == "MainThread":
             spans[k].append((t - e["ms"], t))
+            share = min(1.0, e.get("cpu", e["ms"]) / max(e["ms"], 1e-9))
+            cpu_spans.setdefault(k, []).append((t - e["ms"] * share, t))
         elif k == "lag":
             lags.append((t - e["ms"] - 10, e["ms"]))
     cpu = [json.loads(x) for x in cpu_path.read_text().splitlines()]
@@ -399,8 +419,9 @@ def tail_report(
     out = ["  tail attribution (--trace; ms per assessment, means; window = routed->assessed):"]
     out.append(
         f"    {'group':<11} {'n':>4} {'total':>6} {'pub->rt':>7} {'rt->as':>6} {'as->dl':>6} "
-        f"{'flush':>6} {'gc':>5} {'slowcb':>6} {'maxlag':>6} {'machine':>7} {'others':>6} "
-        f"{'broker':>6} {'router':>6} {'worker':>6}"
+        f"{'flush':>6} {'gc':>5} {'slowcb':>6} {'(cpu)':>6} {'maxlag':>6} "
+        f"{'machine':>7} {'others':>6} "
+        f"{'broker':>6} {'router':>6} {'worker':>6} {'wk-wait':>7} {'bk-wait':>7}"
     )
     for name, g in groups.items():
         cols: dict[str, list[float]] = {}
@@ -413,12 +434,15 @@ def tail_report(
                 "flush": overlap(rt, asd, spans["flush"]),
                 "gc": overlap(rt, asd, spans["gc"]),
                 "slow": overlap(rt, asd, spans["slow"]),
+                "slowcpu": overlap(rt, asd, cpu_spans.get("slow", [])),
                 "lag": max([ms for s, ms in lags if rt <= s <= asd], default=0.0),
                 "machine": cpu_in(pub, recv, "machine"),
                 "others": cpu_in(pub, recv, "others"),
                 "broker": cpu_in(pub, recv, "broker"),
                 "router": cpu_in(pub, recv, "router"),
                 "worker": cpu_in(pub, recv, "worker"),
+                "wwait": cpu_in(rt, asd, "worker_wait"),
+                "bwait": cpu_in(pub, recv, "broker_wait"),
             }
             for k, v in vals.items():
                 cols.setdefault(k, []).append(v)
@@ -426,8 +450,9 @@ def tail_report(
         out.append(
             f"    {name:<11} {len(g):>4} {m['total']:>6.0f} {m['pr']:>7.0f} {m['ra']:>6.0f} "
             f"{m['ad']:>6.0f} {m['flush']:>6.1f} {m['gc']:>5.1f} {m['slow']:>6.1f} "
+            f"{m['slowcpu']:>6.1f} "
             f"{m['lag']:>6.1f} {m['machine']:>7.2f} {m['others']:>6.2f} {m['broker']:>6.2f} "
-            f"{m['router']:>6.2f} {m['worker']:>6.2f}"
+            f"{m['router']:>6.2f} {m['worker']:>6.2f} {m['wwait']:>7.2f} {m['bwait']:>7.2f}"
         )
     out.append(
         f"    (per-assessment rows: {dump_path}; worker trace: {trace_path}; cpu: {cpu_path})"

@@ -454,6 +454,14 @@ def tail_report(
             f"{m['lag']:>6.1f} {m['machine']:>7.2f} {m['others']:>6.2f} {m['broker']:>6.2f} "
             f"{m['router']:>6.2f} {m['worker']:>6.2f} {m['wwait']:>7.2f} {m['bwait']:>7.2f}"
         )
+    if cpu:
+        keys = [k for k in cpu[0] if k != "t"]
+        means = {k: sum(c[k] for c in cpu) / len(cpu) for k in keys}
+        out.append(
+            "    phase, cores (mean of 100 ms samples): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in means.items())
+            + "; *_wait: runnable, waiting for a core"
+        )
     out.append(
         f"    (per-assessment rows: {dump_path}; worker trace: {trace_path}; cpu: {cpu_path})"
     )

@@ -183,8 +183,13 @@ def run(args: argparse.Namespace) -> int:
     # memory; CPython's default thresholds (700, 10, 10) then run long full (gen 2)
     # collections every few thousand events: CPU, and the worst pauses an event
     # waits behind.  Fewer, cheaper young collections and rarer old ones
-    # (measured: docs/faust-notes.md "Garbage collection").
-    gc.set_threshold(10_000, 50, 100)
+    # (measured: docs/faust-notes.md "Garbage collection").  Gen 1 every 10 young
+    # collections, not 50: a gen-1 collection walks every object that survived
+    # since the last one, and at 50 it took 150-175 ms of CPU (270-580 ms wall on
+    # a busy machine) once per ~20 s at 1,000 events/s, which set the p99 of the
+    # events behind it; at 10, 39-57 ms, for about the same GC CPU in all
+    # (docs/kafka-notes.md "Where the p99 goes at 1,000 events/s").
+    gc.set_threshold(10_000, 10, 100)
     from streams.settings import Settings
     from streams.topics import ensure_changelog_topics, ensure_worker_topics
 

@@ -24,7 +24,11 @@ in the partition its events arrive on.
 from __future__ import annotations
 
 import asyncio
+import gc
+import json
 import logging
+import os
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -58,6 +62,118 @@ MINUTES_TABLE = "minutes"
 ENGINES_TABLE = "engines"
 
 Decoder = Callable[[bytes], TraceEvent]
+
+#: Names a file: the worker then writes its timing trace there (:class:`TailTrace`).
+TRACE_ENV = "TRAJECTORY_WORKER_TRACE"
+
+
+class TailTrace:
+    """Where an event's milliseconds go inside the worker (issue #12), one JSON line
+    per observation, to the file ``$TRAJECTORY_WORKER_TRACE`` names; off (``None``,
+    one attribute test per fetch and per commit) unless that variable is set.
+
+    Lines (``t``: wall ms when written, ``k``: kind):
+
+    * ``fetch``: a fetch handed to the batch handler; ``n`` events, ``ts0``/``ts1``
+      the oldest/newest record timestamp (the SDK's publish time), ``ms`` the
+      handler's time; ``t - ts0`` is publish -> in the worker.
+    * ``flush``: a commit: ``snap_ms`` (engine snapshots, sliced), ``write_ms``
+      (encode + producer flush + store writes), ``commit_ms`` (offset commit),
+      ``values``.
+    * ``gc``: a collection of at least 1 ms: ``gen``, ``ms``, ``cpu`` (the thread's
+      CPU ms meanwhile: ``ms`` much above ``cpu`` is time the OS gave other processes).
+    * ``slow``: an event loop callback that held its thread at least 5 ms: ``ms``,
+      ``cpu`` (as for ``gc``), ``cb`` (the task's await chain or the callback),
+      ``th`` (thread name; Faust's consumer runs aiokafka on a thread of its own).
+    * ``lag``: a 10 ms sleep on the main loop that woke at least 2 ms late (``ms``):
+      whatever held the loop (ours, GC, or the CPU given to other processes).
+
+    Writing costs a few microseconds per line; lines are few (slow things only).
+    """
+
+    SLOW_S = 0.005
+    LAG_S = 0.002
+    GC_S = 0.001
+
+    def __init__(self, path: str) -> None:
+        self._file = open(path, "a", buffering=1 << 16)  # noqa: SIM115 (process lifetime)
+        self._lock = threading.Lock()
+        self._gc_t0 = self._gc_c0 = 0.0
+
+    @classmethod
+    def from_env(cls) -> TailTrace | None:
+        path = os.environ.get(TRACE_ENV)
+        return cls(path) if path else None
+
+    def emit(self, kind: str, **fields: Any) -> None:
+        line = json.dumps({"k": kind, "t": round(time.time() * 1000, 1), **fields})
+        with self._lock:
+            self._file.write(line + "\n")
+
+    def flush(self) -> None:
+        with self._lock:
+            self._file.flush()
+
+    def install(self) -> None:
+        """Hook GC and every event loop callback of the process (all threads)."""
+        gc.callbacks.append(self._on_gc)
+        handle_run = asyncio.events.Handle._run
+        trace = self
+
+        def _run(handle: asyncio.events.Handle) -> None:
+            t0, c0 = time.perf_counter(), time.thread_time()
+            handle_run(handle)
+            held = time.perf_counter() - t0
+            if held >= trace.SLOW_S:
+                cpu = time.thread_time() - c0
+                cb = getattr(handle, "_callback", None)
+                task = getattr(cb, "__self__", None)
+                if isinstance(task, asyncio.Task):
+                    # the await chain where the task stopped: names the wrapped
+                    # coroutine of mode's Service._execute_task and the like
+                    names: list[str] = []
+                    coro: Any = task.get_coro()
+                    while coro is not None and len(names) < 6:
+                        names.append(getattr(coro, "__qualname__", type(coro).__name__))
+                        coro = getattr(coro, "cr_await", None)
+                    name = ">".join(names)
+                else:
+                    name = getattr(cb, "__qualname__", repr(cb))
+                trace.emit(
+                    "slow",
+                    ms=round(held * 1000, 2),
+                    cpu=round(cpu * 1000, 2),
+                    cb=name,
+                    th=threading.current_thread().name,
+                )
+
+        asyncio.events.Handle._run = _run  # type: ignore[method-assign,assignment]
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._gc_t0, self._gc_c0 = time.perf_counter(), time.thread_time()
+            return
+        took = time.perf_counter() - self._gc_t0
+        if took >= self.GC_S:
+            self.emit(
+                "gc",
+                gen=info["generation"],
+                ms=round(took * 1000, 2),
+                cpu=round((time.thread_time() - self._gc_c0) * 1000, 2),
+                th=threading.current_thread().name,
+            )
+
+    async def loop_lag(self) -> None:
+        """Sleep 10 ms forever; note how late each wake-up is (main loop)."""
+        while True:
+            t0 = time.perf_counter()
+            await asyncio.sleep(0.01)
+            late = time.perf_counter() - t0 - 0.01
+            if late >= self.LAG_S:
+                self.emit("lag", ms=round(late * 1000, 2))
+
+
+_TRACE: TailTrace | None = None
 
 
 def app_id(settings: Settings) -> str:
@@ -193,6 +309,10 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                     await self.perform_seek()
                     continue
                 generation = self.app.consumer_generation_id
+                trace = _TRACE
+                if trace is not None:
+                    t_fetch = time.perf_counter()
+                    n_ev, ts0, ts1 = 0, 0, 0
                 for tp, batch in records.items():
                     if not self.flow_active or self.app.consumer_generation_id != generation:
                         break  # rebalancing: the rest is fetched again after the seek
@@ -211,6 +331,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         monitor.track_tp_end_offset(tp, self.highwater(tp))
                         monitor.stream_inbound_time[tp] = time.monotonic()
                         await handler.handle(batch)
+                        if trace is not None:
+                            n_ev += len(batch)
+                            first, last = batch[0].timestamp, batch[-1].timestamp
+                            ts0 = min(ts0, first) if ts0 else first
+                            ts1 = max(ts1, last)
                         # the next offset to handle (Faust keeps the last one here:
                         # with a seek in between, the last one came back again)
                         read_offset[tp] = max(read_offset[tp] or 0, batch[-1].offset + 1)
@@ -219,6 +344,9 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         message = self._to_message(tp, record)
                         await self.wait_first(callback(message), self.suspend_flow.wait())
                         read_offset[tp] = record.offset
+                if trace is not None and n_ev:
+                    handled = time.perf_counter() - t_fetch
+                    trace.emit("fetch", n=n_ev, ts0=ts0, ts1=ts1, ms=round(handled * 1000, 2))
                 self.diag.unset_flag(CONSUMER_FETCHING)
         except self.consumer_stopped_errors:
             if self.transport.app.should_stop:
@@ -310,6 +438,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         pending += processor.take_engines(engine_ids[i : i + 16])
                         i += 16
                 await asyncio.sleep(0)
+            snapped = time.perf_counter()
             if pending:
                 try:
                     await flusher.write_pending(pending, self.app.producer.flush)
@@ -326,6 +455,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                 # only now that the taken values are in the stores (an evicted
                 # session's next event reads them there; issue #15).
                 processor.evict()
+        written = time.perf_counter()
         if not commit_offsets:
             return False
         try:
@@ -339,6 +469,14 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             log.critical("%s; stopping the worker without committing offsets", exc)
             await self.crash(exc)
             return False
+        if _TRACE is not None:
+            _TRACE.emit(
+                "flush",
+                values=len(pending),
+                snap_ms=round((snapped - started) * 1000, 2),
+                write_ms=round((written - snapped) * 1000, 2),
+                commit_ms=round((time.perf_counter() - written) * 1000, 2),
+            )
         return did
 
 
@@ -789,6 +927,11 @@ class WorkerApp:
         return names if self.engines is None else (*names, ENGINES_TABLE)
 
 
+async def _flush_trace() -> None:
+    if _TRACE is not None:
+        _TRACE.flush()
+
+
 def create_app(settings: Settings, config: WorkerConfig | None = None) -> WorkerApp:
     """Build a worker app from ``settings`` (where Kafka is, topic names) and ``config``
     (how this worker runs: :class:`~streams.worker.config.WorkerConfig`, already
@@ -797,6 +940,11 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
     The data dir is created if missing.
     """
     config = config if config is not None else WorkerConfig()
+    global _TRACE
+    if _TRACE is None:
+        _TRACE = TailTrace.from_env()
+        if _TRACE is not None:
+            _TRACE.install()
     # the body reads plain locals: one place maps the config onto them
     store = config.store
     data_dir = config.data_dir
@@ -1010,6 +1158,10 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
 
         # registered by call, not as a decorator: Faust's timer() returns a bare Callable
         app.timer(timer_interval_s)(_assess_quiet_sessions)
+
+    if _TRACE is not None:
+        app.task(_TRACE.loop_lag)
+        app.timer(1.0)(_flush_trace)
 
     # HTTP views (streams/worker/web.py): /sessions, /sessions/{id}/..., /stats, /metrics
     register_views(

@@ -300,6 +300,174 @@ class StageProbe:
         )
 
 
+class CpuSampler:
+    """``--trace``: every 100 ms, the cores each process and the whole machine used
+    (``/proc``), with the wall time, to a JSON-lines file: a slow assessment can then
+    be set against what the CPU did meanwhile (ours, or other processes')."""
+
+    def __init__(self, path: Path, pids: dict[str, int], every_s: float = 0.1) -> None:
+        self._file = path.open("a")
+        self._pids = pids
+        self._every = every_s
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    @staticmethod
+    def machine_seconds() -> float:
+        """Busy CPU seconds of the whole machine so far (all processes, all users)."""
+        f = Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]
+        busy = sum(int(x) for x in f[:8]) - int(f[3]) - int(f[4])  # minus idle, iowait
+        return busy / os.sysconf("SC_CLK_TCK")
+
+    @staticmethod
+    def runqueue_wait_seconds(pid: int) -> float:
+        """Seconds the threads of ``pid`` were runnable but waiting for a core, so far
+        (``/proc/<pid>/task/*/schedstat``, second field): CPU starvation, measured."""
+        total = 0
+        for stat in Path(f"/proc/{pid}/task").glob("*/schedstat"):
+            try:
+                total += int(stat.read_text().split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # a thread that ended meanwhile
+        return total / 1e9
+
+    def _sample(self) -> dict[str, float]:
+        out = {k: cpu_seconds(p) for k, p in self._pids.items()}
+        out["bench"] = cpu_seconds(os.getpid())
+        out["machine"] = self.machine_seconds()
+        for k, p in self._pids.items():
+            out[f"{k}_wait"] = self.runqueue_wait_seconds(p)
+        return out
+
+    def _run(self) -> None:
+        prev, t_prev = self._sample(), time.time()
+        while not self._stop.wait(self._every):
+            cur, now = self._sample(), time.time()
+            dt = now - t_prev
+            row = {k: round((cur[k] - prev[k]) / dt, 2) for k in cur}
+            ours = sum(v for k, v in row.items() if k != "machine" and not k.endswith("_wait"))
+            row["others"] = round(row["machine"] - ours, 2)
+            row["t"] = round(now * 1000)
+            self._file.write(json.dumps(row) + "\n")
+            prev, t_prev = cur, now
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._file.close()
+
+
+def tail_report(
+    rows: list[tuple[int, int, str, int]],
+    probe: StageProbe,
+    trace_path: Path,
+    cpu_path: Path,
+    dump_path: Path,
+) -> list[str]:
+    """``--trace``: where the slowest 1 % of assessments spent their time.
+
+    Each delivered assessment is joined with the probe (publish -> routed ->
+    assessed -> delivered; dumped to ``dump_path`` with its wall times).  For the
+    slowest 1 % and for the median half (p25-p75) this prints each hop's mean, and
+    over the routed -> assessed window of each assessment the worker's main-thread
+    milliseconds in its own commit flushes (wall), in GC, in slow callbacks (>= 5 ms;
+    ``(cpu)``: the part the thread was on a core), the worst loop lag, and the
+    machine's and other processes' CPU (cores); ``wk-wait`` / ``bk-wait``: the
+    worker's / broker's threads runnable but waiting for a core (threads x
+    fraction of the time, ``schedstat``).  What is
+    much larger for the slow group than for the median is what made them slow.
+    """
+    joined = []
+    with dump_path.open("w") as out:
+        for recv, published, sid, seq in rows:
+            routed = probe.routed.get((sid, seq))
+            assessed = probe.assessed.get((sid, seq))
+            out.write(json.dumps([recv, published, routed, assessed, sid, seq]) + "\n")
+            if routed is not None and assessed is not None:
+                joined.append((recv - published, published, routed, assessed, recv))
+    if len(joined) < 100:
+        return [f"  tail: only {len(joined)} joined assessments"]
+    joined.sort()
+    n = len(joined)
+    groups = {"slowest 1%": joined[int(0.99 * n) :], "p25-p75": joined[n // 4 : 3 * n // 4]}
+    spans: dict[str, list[tuple[float, float]]] = {"flush": [], "gc": [], "slow": []}
+    #: the same spans shortened to the thread's CPU share (the rest: waiting for a core)
+    cpu_spans: dict[str, list[tuple[float, float]]] = {}
+    lags: list[tuple[float, float]] = []
+    for line in trace_path.read_text().splitlines():
+        e = json.loads(line)
+        k, t = e["k"], e["t"]
+        if k == "flush":
+            total = e["snap_ms"] + e["write_ms"] + e["commit_ms"]
+            spans["flush"].append((t - total, t))
+        elif k in ("gc", "slow") and e.get("th") == "MainThread":
+            spans[k].append((t - e["ms"], t))
+            share = min(1.0, e.get("cpu", e["ms"]) / max(e["ms"], 1e-9))
+            cpu_spans.setdefault(k, []).append((t - e["ms"] * share, t))
+        elif k == "lag":
+            lags.append((t - e["ms"] - 10, e["ms"]))
+    cpu = [json.loads(x) for x in cpu_path.read_text().splitlines()]
+
+    def overlap(a: float, b: float, sp: list[tuple[float, float]]) -> float:
+        return sum(max(0.0, min(b, e) - max(a, s)) for s, e in sp)
+
+    def cpu_in(a: float, b: float, key: str) -> float:
+        vals = [c[key] for c in cpu if a - 100 <= c["t"] <= b + 100]
+        return sum(vals) / len(vals) if vals else float("nan")
+
+    out = ["  tail attribution (--trace; ms per assessment, means; window = routed->assessed):"]
+    out.append(
+        f"    {'group':<11} {'n':>4} {'total':>6} {'pub->rt':>7} {'rt->as':>6} {'as->dl':>6} "
+        f"{'flush':>6} {'gc':>5} {'slowcb':>6} {'(cpu)':>6} {'maxlag':>6} "
+        f"{'machine':>7} {'others':>6} "
+        f"{'broker':>6} {'router':>6} {'worker':>6} {'wk-wait':>7} {'bk-wait':>7}"
+    )
+    for name, g in groups.items():
+        cols: dict[str, list[float]] = {}
+        for lat, pub, rt, asd, recv in g:
+            vals = {
+                "total": lat,
+                "pr": rt - pub,
+                "ra": asd - rt,
+                "ad": recv - asd,
+                "flush": overlap(rt, asd, spans["flush"]),
+                "gc": overlap(rt, asd, spans["gc"]),
+                "slow": overlap(rt, asd, spans["slow"]),
+                "slowcpu": overlap(rt, asd, cpu_spans.get("slow", [])),
+                "lag": max([ms for s, ms in lags if rt <= s <= asd], default=0.0),
+                "machine": cpu_in(pub, recv, "machine"),
+                "others": cpu_in(pub, recv, "others"),
+                "broker": cpu_in(pub, recv, "broker"),
+                "router": cpu_in(pub, recv, "router"),
+                "worker": cpu_in(pub, recv, "worker"),
+                "wwait": cpu_in(rt, asd, "worker_wait"),
+                "bwait": cpu_in(pub, recv, "broker_wait"),
+            }
+            for k, v in vals.items():
+                cols.setdefault(k, []).append(v)
+        m = {k: sum(v) / len(v) for k, v in cols.items()}
+        out.append(
+            f"    {name:<11} {len(g):>4} {m['total']:>6.0f} {m['pr']:>7.0f} {m['ra']:>6.0f} "
+            f"{m['ad']:>6.0f} {m['flush']:>6.1f} {m['gc']:>5.1f} {m['slow']:>6.1f} "
+            f"{m['slowcpu']:>6.1f} "
+            f"{m['lag']:>6.1f} {m['machine']:>7.2f} {m['others']:>6.2f} {m['broker']:>6.2f} "
+            f"{m['router']:>6.2f} {m['worker']:>6.2f} {m['wwait']:>7.2f} {m['bwait']:>7.2f}"
+        )
+    if cpu:
+        keys = [k for k in cpu[0] if k != "t"]
+        means = {k: sum(c[k] for c in cpu) / len(cpu) for k in keys}
+        out.append(
+            "    phase, cores (mean of 100 ms samples): "
+            + ", ".join(f"{k} {v:.2f}" for k, v in means.items())
+            + "; *_wait: runnable, waiting for a core"
+        )
+    out.append(
+        f"    (per-assessment rows: {dump_path}; worker trace: {trace_path}; cpu: {cpu_path})"
+    )
+    return out
+
+
 def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float) -> None:
     """CPU microseconds per event for each stage of one phase (issue #12).
 
@@ -418,6 +586,13 @@ def main() -> int:
         "phase in DIR) and print the broker's hottest frames: what its CPU per event is "
         "spent on (needs the JDK's jcmd and jfr, and a broker on this machine)",
     )
+    ap.add_argument(
+        "--trace",
+        action="store_true",
+        help="trace where the tail goes (issue #12): the worker writes its timing trace "
+        "($TRAJECTORY_WORKER_TRACE), CPU is sampled every 100 ms, every assessment is "
+        "dumped with its hop times, and each phase prints a tail attribution table",
+    )
     args = ap.parse_args()
     rates = args.rate or [1000.0, 5000.0]
     batches = args.batch_ms or [100]
@@ -443,6 +618,9 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = []
     try:
         common = ["--bootstrap", bootstrap, "--prefix", prefix]
+        trace_path = work / "worker-trace.jsonl"
+        if args.trace:
+            os.environ["TRAJECTORY_WORKER_TRACE"] = str(trace_path)
         worker = spawn(
             [
                 *worker_args(bootstrap, prefix, work / "worker", web_port),
@@ -451,6 +629,7 @@ def main() -> int:
             work / "worker.log",
         )
         procs.append(worker)
+        os.environ.pop("TRAJECTORY_WORKER_TRACE", None)
         sids = [f"lat-{i}-{KINDS[i % len(KINDS)]}" for i in range(args.sessions)]
         # The worker first: it creates <prefix>.events and waits for its partitions
         # in the metadata; behind 1,000 session topics being created that took over
@@ -547,6 +726,10 @@ def main() -> int:
                         thread_cpu_before = {
                             k: thread_cpu_seconds(t) for k, t in tids.items() if t is not None
                         }
+                        tag = f"b{batch_ms}-r{rate:.0f}"
+                        sampler = (
+                            CpuSampler(work / f"cpu-{tag}.jsonl", pids) if args.trace else None
+                        )
                         n, secs = run_phase(agents, rate, args.duration, rng)
                         published += n
                         t_flush = time.monotonic()
@@ -634,6 +817,17 @@ def main() -> int:
                             flush=True,
                         )
                         print(f"  hops: {probe.split(phase_rows)}", flush=True)
+                        if sampler is not None:
+                            sampler.close()
+                            time.sleep(1.5)  # the worker writes its trace out every second
+                            for line in tail_report(
+                                phase_rows,
+                                probe,
+                                trace_path,
+                                work / f"cpu-{tag}.jsonl",
+                                work / f"assessments-{tag}.jsonl",
+                            ):
+                                print(line, flush=True)
                         print_cpu_table(proc_cpu, n, r["p99"])
                         print(
                             "  CPU (cores busy over the phase, of "

@@ -47,6 +47,10 @@ import sys
 from streams.errors import ConfigError
 from streams.worker.config import WorkerConfig
 
+#: ``gc.set_threshold`` of a worker process (why: see :func:`run`); the benches
+#: that model the worker's path in one process set the same.
+WORKER_GC_THRESHOLDS: tuple[int, int, int] = (10_000, 10, 100)
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -189,7 +193,7 @@ def run(args: argparse.Namespace) -> int:
     # a busy machine) once per ~20 s at 1,000 events/s, which set the p99 of the
     # events behind it; at 10, 39-57 ms, for about the same GC CPU in all
     # (docs/kafka-notes.md "Where the p99 goes at 1,000 events/s").
-    gc.set_threshold(10_000, 10, 100)
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)
     from streams.settings import Settings
     from streams.topics import ensure_changelog_topics, ensure_worker_topics
 

@@ -36,6 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench_worker import paced_events
 
+from streams.commands.worker import WORKER_GC_THRESHOLDS
 from streams.core.config import EngineConfig
 from streams.core.engine import SessionEngine, SessionState
 from streams.core.statecodec import encode_state, to_canonical
@@ -63,7 +64,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=30, help="commits per session")
     ap.add_argument("--warmup", type=int, default=5, help="untimed rounds first")
     args = ap.parse_args()
-    gc.set_threshold(10_000, 50, 100)  # as the worker does
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)  # as the worker does
     cfg = EngineConfig()
     engines: dict[str, SessionEngine] = {}
     events = paced_events(args.sessions)

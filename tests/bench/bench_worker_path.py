@@ -49,6 +49,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from streams.commands.worker import WORKER_GC_THRESHOLDS  # noqa: E402
 from streams.core.config import EngineConfig  # noqa: E402
 from streams.core.engine import SessionEngine  # noqa: E402
 from streams.core.events import TraceEvent  # noqa: E402
@@ -284,7 +285,7 @@ def main() -> None:
     args = ap.parse_args()
     # the worker's collector settings (streams/commands/worker.py): with CPython's
     # defaults, full collections over the engines' objects cost more than decoding
-    gc.set_threshold(10_000, 50, 100)
+    gc.set_threshold(*WORKER_GC_THRESHOLDS)  # as the worker does
     events = fleet_events(args.events, args.sessions, seed=0, prefix="sim")
     recs = records(events, Settings().events_topic)
     n = len(events)

@@ -70,3 +70,19 @@ def test_worker_rejects_an_empty_worker_id(capsys: pytest.CaptureFixture[str]) -
     code = cli.main(["worker", "--worker-id", " ", "--bootstrap", "127.0.0.1:1"])
     assert code == 2
     assert "--worker-id" in capsys.readouterr().err
+
+
+def test_worker_help_names_the_exit_code_a_stop_timeout_really_ends_with(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # the help said 70 while the watchdog exits with EXIT_STOP_TIMEOUT (3)
+    from streams.errors import EXIT_STOP_TIMEOUT
+    from streams.worker.shutdown import STOP_TIMEOUT_EXIT_CODE
+
+    assert STOP_TIMEOUT_EXIT_CODE == EXIT_STOP_TIMEOUT
+    with pytest.raises(SystemExit):
+        cli.main(["worker", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"exit code {EXIT_STOP_TIMEOUT} " in out
+    assert f"exit code {EXIT_STOP_TIMEOUT}." in out  # the description's paragraph
+    assert "exit code 70" not in out

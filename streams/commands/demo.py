@@ -259,7 +259,7 @@ def run(args: argparse.Namespace) -> int:
                 "--web-port",
                 str(web_port),
                 # below _stop's 20 s: a stop that hangs dumps its stacks into
-                # worker.log (exit 70) before the demo would kill it blind
+                # worker.log (exit 3) before the demo would kill it blind
                 "--stop-timeout",
                 "15",
             ],

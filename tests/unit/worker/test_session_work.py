@@ -112,6 +112,9 @@ def test_processor_tables_are_the_reference_bytes_across_flushes() -> None:
         if i % 400 == 399:
             processor.flush()
             processor.evict()
+    for sid in processor.sessions_in_memory():
+        held = processor.counters(sid)
+        assert held is not None and len(held.recent_text) in (0, len(held.recent))
     processor.flush()
     assert {k.decode() for k in tables["s"]} == set(ref)
     for sid, value in ref.items():

@@ -119,3 +119,13 @@ def test_processor_tables_are_the_reference_bytes_across_flushes() -> None:
     assert {k.decode() for k in tables["s"]} == set(ref)
     for sid, value in ref.items():
         assert tables["s"][sid.encode()] == value.encode()
+
+
+def test_a_long_session_keeps_the_last_window_and_its_texts() -> None:
+    events = [TraceEvent("tool_call", "s1", s, T0 + s, input={"n": s}) for s in range(45)]
+    work = SessionWork(SessionCounters("s1"))
+    for e in events:
+        work.apply(e, *storable_json(e))
+    frozen = work.freeze()
+    assert [r["seq"] for r in frozen.recent] == list(range(45 - RECENT_LIMIT, 45))
+    assert list(frozen.recent_text) == [storable_json(e)[1] for e in events[-RECENT_LIMIT:]]

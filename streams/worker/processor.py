@@ -56,6 +56,7 @@ from streams.worker.state import (
     BudgetState,
     MinuteCounts,
     SessionCounters,
+    SessionWork,
     canonical_text,
     minute_key,
     minute_start,
@@ -113,7 +114,9 @@ class ApplyResult:
     """What one event did: ``applied`` is False for an already-applied seq."""
 
     applied: bool
-    session: SessionCounters
+    #: The session's working counters, live: later events change them (``freeze()``
+    #: for a value as of now).  Not a frozen value, which would cost a copy per event.
+    session: SessionWork
     budget_written: bool
     minute_written: bool
     #: The core engine's output (patterns fired, new assessment); None without engine table.
@@ -172,7 +175,8 @@ class EventProcessor:
         self.engines = engines
         self.engine_config = engine_config
         self._engines: dict[str, SessionEngine] = {}
-        self._sessions: dict[str, SessionCounters] = {}
+        #: session id -> its counters, changed in place; frozen only when taken for a flush
+        self._sessions: dict[str, SessionWork] = {}
         self._budgets: dict[str, BudgetState] = {}
         #: Only the latest touched minute of each session is cached (events are mostly in order).
         self._minutes: dict[str, MinuteCounts] = {}
@@ -270,7 +274,8 @@ class EventProcessor:
 
     def counters(self, session_id: str) -> SessionCounters | None:
         """The in-memory (possibly not yet flushed) counters of a session, if cached."""
-        return self._sessions.get(session_id)
+        work = self._sessions.get(session_id)
+        return None if work is None else work.freeze()
 
     def _load(
         self,
@@ -295,6 +300,21 @@ class EventProcessor:
             value = make() if raw is None else decode(raw)
         cache[key] = value
         return value
+
+    def _load_session(self, sid: str) -> SessionWork:
+        """The session's counters to work on: the in-flight value, else the table's
+        (see the invariants), else new; cached in ``_sessions``."""
+        bkey = sid.encode()
+        held = self._inflight.get(("sessions", bkey))
+        value: SessionCounters
+        if held is not None:  # taken, not yet in the table: the table is older
+            assert isinstance(held[1], SessionCounters)
+            value = held[1]
+        else:
+            raw = self.sessions.get(bkey)
+            value = SessionCounters(session_id=sid) if raw is None else SessionCounters.decode(raw)
+        work = self._sessions[sid] = SessionWork(value)
+        return work
 
     def _stored_engine_state(self, sid: str) -> SessionState | None:
         """The engine state a load must start from: the in-flight snapshot, else the table's.
@@ -375,22 +395,12 @@ class EventProcessor:
             and (lineage.parent_session_id != parent or lineage.agent_id != agent)
         ):  # a new value only when it changes (most events repeat the last one)
             self._lineage[sid] = Lineage(sid, parent, agent)
-        session = self._sessions.get(sid) or self._load(
-            "sessions",
-            self._sessions,
-            self.sessions,
-            sid,
-            SessionCounters.decode,
-            lambda: SessionCounters(session_id=sid),
-        )
-        new_session = session.apply(event, event_json, event_text)
-        if new_session is not None and engine_out is not None and engine_out.patterns:
-            new_session = new_session.with_patterns(
-                tuple(str(d.pattern.pattern_type) for d in engine_out.patterns)
-            )
+        session = self._sessions.get(sid) or self._load_session(sid)
+        applied = session.apply(event, event_json, event_text)
+        if applied and engine_out is not None and engine_out.patterns:
+            session.add_patterns(str(d.pattern.pattern_type) for d in engine_out.patterns)
         self._dirty_sessions.add(sid)
-        if new_session is not None:
-            self._sessions[sid] = new_session
+        if applied:
             self.applied += 1
         else:
             self.duplicates += 1
@@ -442,8 +452,8 @@ class EventProcessor:
                 minute_written = True
 
         return ApplyResult(
-            applied=new_session is not None,
-            session=new_session or session,
+            applied=applied,
+            session=session,
             budget_written=budget_written,
             minute_written=minute_written,
             engine=engine_out,
@@ -463,7 +473,8 @@ class EventProcessor:
         if self.engines is None or session_id in self._engines:
             return False
         held = self._inflight.get(("sessions", session_id.encode()))
-        counters = self._sessions.get(session_id)
+        work = self._sessions.get(session_id)
+        counters = None if work is None else work.freeze()
         if counters is None and held is not None:
             assert isinstance(held[1], SessionCounters)
             counters = held[1]
@@ -477,7 +488,8 @@ class EventProcessor:
             and self.engines.get(session_id.encode()) is None
         ):
             return False
-        self._sessions[session_id] = counters
+        if work is None:
+            self._sessions[session_id] = SessionWork(counters)
         self._partition[session_id] = partition
         self._engine(session_id)
         return True
@@ -508,8 +520,9 @@ class EventProcessor:
     def take_dirty(self, *, engines: bool = True) -> list[PendingWrite]:
         """Every dirty value *as of now* (immutable, not yet encoded); clears the dirty sets.
 
-        Cheap: the counters, budgets and minutes are frozen values already, and an
-        engine snapshot is a tree of frozen values (no encoding), so the worker takes
+        Cheap: the budgets and minutes are frozen values already, the counters are
+        frozen here (``SessionWork.freeze``: the only copy of them per flush, not per
+        event), and an engine snapshot is a tree of frozen values (no encoding), so the worker takes
         this under the batch lock and encodes afterwards in chunks, letting batches
         run in between (``PendingWrite.encode`` gives the bytes of the value at the
         time of this call, whatever the session does next).
@@ -529,7 +542,7 @@ class EventProcessor:
         for sid in self._dirty_sessions - deferred:
             s = self._sessions.get(sid)
             if s is not None:
-                pending.append(PendingWrite("sessions", part(sid), sid.encode(), s, sid))
+                pending.append(PendingWrite("sessions", part(sid), sid.encode(), s.freeze(), sid))
         self._dirty_sessions &= deferred
         for sid in self._dirty_budgets:
             b = self._budgets.get(sid)
@@ -571,7 +584,9 @@ class EventProcessor:
                 self._dirty_sessions.discard(sid)
                 c = self._sessions.get(sid)
                 if c is not None:
-                    pending.append(PendingWrite("sessions", part(sid), sid.encode(), c, sid))
+                    pending.append(
+                        PendingWrite("sessions", part(sid), sid.encode(), c.freeze(), sid)
+                    )
         self.flushed_values += len(pending)
         self._hold(pending)
         return pending

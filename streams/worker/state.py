@@ -25,6 +25,7 @@ Invariants:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
@@ -244,6 +245,149 @@ class SessionCounters:
         return value
 
 
+class SessionWork:
+    """A session's counters being applied to, in place: the worker's working copy of a
+    :class:`SessionCounters` between two flushes.
+
+    Why: :meth:`SessionCounters.apply` builds a new 17-field value and copies the
+    ``recent`` window (and its texts) on every event, ~2 us of the worker's per-event
+    path (docs/faust-notes.md, issue #12); a table only needs a value when it is
+    written, at a flush.  :meth:`apply` changes this object in place and
+    :meth:`freeze` makes the frozen value (cached until the next change).
+
+    Invariants: after the same events, ``freeze()`` equals what
+    :meth:`SessionCounters.apply` (and :meth:`SessionCounters.with_patterns`) give
+    from the value it started from, and encodes to the same bytes; ``recent_text``
+    stays aligned with ``recent`` (``None`` where the text is not known); a frozen
+    value shares no mutable container with this object (its ``recent`` entries, the
+    events' JSON dicts, are never changed by anyone).
+    """
+
+    __slots__ = (
+        "_frozen",
+        "ended",
+        "errors",
+        "events",
+        "first_event_ms",
+        "input_tokens",
+        "last_event_ms",
+        "last_seq",
+        "model_steps",
+        "output_tokens",
+        "patterns_fired",
+        "recent",
+        "recent_text",
+        "seq_gaps",
+        "session_id",
+        "tool_calls",
+        "tool_results",
+    )
+
+    def __init__(self, value: SessionCounters) -> None:
+        self.session_id = value.session_id
+        self.events = value.events
+        self.tool_calls = value.tool_calls
+        self.tool_results = value.tool_results
+        self.errors = value.errors
+        self.model_steps = value.model_steps
+        self.input_tokens = value.input_tokens
+        self.output_tokens = value.output_tokens
+        self.last_seq = value.last_seq
+        self.seq_gaps = value.seq_gaps
+        self.first_event_ms = value.first_event_ms
+        self.last_event_ms = value.last_event_ms
+        self.ended = value.ended
+        self.recent: list[dict[str, Any]] = list(value.recent)
+        texts = value.recent_text
+        self.recent_text: list[str | None] = (
+            list(texts) if len(texts) == len(value.recent) else [None] * len(value.recent)
+        )
+        self.patterns_fired: dict[str, int] = dict(value.patterns_fired)
+        #: the value as of now, or None after a change (made again by freeze)
+        self._frozen: SessionCounters | None = value
+
+    def apply(self, event: TraceEvent, event_json: dict[str, Any], event_text: str | None) -> bool:
+        """Apply ``event`` in place (as :meth:`SessionCounters.apply`); False (and
+        nothing changed) when ``event.seq`` was already applied.
+
+        ``event_json`` becomes the newest ``recent`` entry: it must not be changed
+        afterwards; ``event_text`` is its canonical text if known.
+        """
+        last_seq = self.last_seq
+        seq = event.seq
+        if seq <= last_seq:
+            return False
+        self._frozen = None
+        etype = event.type
+        ts = event.timestamp_ms
+        self.events += 1
+        if etype == "tool_call":
+            self.tool_calls += 1
+        elif etype == "tool_result":
+            self.tool_results += 1
+            if event.is_error:
+                self.errors += 1
+        elif etype == "model_step":
+            self.model_steps += 1
+        elif etype == "error":
+            self.errors += 1
+        elif etype == "session_end":
+            self.ended = True
+        if event.input_tokens:
+            self.input_tokens += event.input_tokens
+        if event.output_tokens:
+            self.output_tokens += event.output_tokens
+        self.last_seq = seq
+        if seq > last_seq + 1:
+            self.seq_gaps += 1
+        first = self.first_event_ms
+        if first is None or ts < first:
+            self.first_event_ms = ts
+        last = self.last_event_ms
+        if last is None or ts > last:
+            self.last_event_ms = ts
+        recent = self.recent
+        texts = self.recent_text
+        recent.append(event_json)
+        texts.append(event_text)
+        if len(recent) > RECENT_LIMIT:
+            del recent[0]
+            del texts[0]
+        return True
+
+    def add_patterns(self, pattern_types: Iterable[str]) -> None:
+        """Count patterns the engine fired on the event just applied."""
+        counts = self.patterns_fired
+        for name in pattern_types:
+            self._frozen = None
+            counts[name] = counts.get(name, 0) + 1
+
+    def freeze(self) -> SessionCounters:
+        """The frozen value as of now (the same object until the next change)."""
+        frozen = self._frozen
+        if frozen is None:
+            texts = self.recent_text
+            frozen = self._frozen = SessionCounters(
+                session_id=self.session_id,
+                events=self.events,
+                tool_calls=self.tool_calls,
+                tool_results=self.tool_results,
+                errors=self.errors,
+                model_steps=self.model_steps,
+                input_tokens=self.input_tokens,
+                output_tokens=self.output_tokens,
+                last_seq=self.last_seq,
+                seq_gaps=self.seq_gaps,
+                first_event_ms=self.first_event_ms,
+                last_event_ms=self.last_event_ms,
+                ended=self.ended,
+                recent=tuple(self.recent),
+                patterns_fired=dict(self.patterns_fired),
+                recent_text=tuple(texts) if any(t is not None for t in texts) else (),
+            )
+        return frozen
+
+
 @dataclass(frozen=True, slots=True)
 class BudgetState:
     """The latest ``budget`` of a session plus the tokens the worker saw since.
@@ -377,6 +521,7 @@ __all__ = [
     "BudgetState",
     "MinuteCounts",
     "SessionCounters",
+    "SessionWork",
     "canonical_bytes",
     "canonical_text",
     "minute_key",

@@ -101,7 +101,7 @@ def test_the_processor_keeps_every_text_and_writes_the_full_dumps_bytes() -> Non
     plain: dict[str, SessionCounters] = {}
     for i, event in enumerate(events):
         result = processor.apply(event, 0)
-        assert texts_known(result.session)
+        assert texts_known(result.session.freeze())
         sid = event.session_id
         before = plain.get(sid, SessionCounters(sid))
         plain[sid] = before.apply(event) or before

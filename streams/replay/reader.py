@@ -420,6 +420,19 @@ class TopicReader(Generic[T]):
         """Records in range (an upper bound: transaction markers take offsets too)."""
         return sum(r.size for r in self.plan())
 
+    @property
+    def prechecked(self) -> bool:
+        """True when :attr:`check` is an :class:`IngestCheck` that covers every topic
+        read (:meth:`IngestCheck.covers`): every event this reader yields then
+        passed the router's ``event_error`` against its own session id, and
+        :func:`~streams.replay.replay.replay_events` may skip that check
+        (``prechecked=True``).  Uses the plan when one was given, else the topics."""
+        check = self.check
+        if not isinstance(check, IngestCheck):
+            return False
+        topics = {r.topic for r in self._ranges} if self._ranges is not None else set(self.topics)
+        return all(check.covers(t) for t in topics)
+
     # -- reading -----------------------------------------------------------
     def batches(self) -> Iterator[list[Any]]:
         """Every record in range, as lists of librdkafka messages (one per ``consume``).

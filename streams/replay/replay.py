@@ -220,6 +220,7 @@ def _replay(
     # session instead of ~5 lookups per event.  The engine is still created at
     # the session's first event that reaches it, as ``analyzer.engine`` did per event
     seen: dict[str, list[Any]] = {}
+    run: Callable[[TraceEvent], Any] | None
     for event in events:
         sid = event.session_id
         entry = seen.get(sid)
@@ -242,7 +243,8 @@ def _replay(
                     on_event()
                 continue
         if run is None:
-            run = entry[3] = analyzer.engine(sid).on_event
+            run = analyzer.engine(sid).on_event
+            entry[3] = run
         try:
             out = run(event)
         except InvalidEventError as exc:

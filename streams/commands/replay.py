@@ -169,7 +169,11 @@ def run(args: argparse.Namespace) -> int:
                 bar.finish(result.events)
         else:
             result = replay_events(
-                counted(reader, bar), config, state=state, keep_records=args.output == "jsonl"
+                counted(reader, bar),
+                config,
+                state=state,
+                keep_records=args.output == "jsonl",
+                prechecked=reader.prechecked,
             )
     elapsed = time.monotonic() - began
     report_failures(reader, "replay")

@@ -49,7 +49,7 @@ from streams.errors import (
     ReplayReadError,
     UsageError,
 )
-from streams.replay.reader import DecodeFailure, IngestCheck, PartitionRange, ReadStats
+from streams.replay.reader import DecodeFailure, PartitionRange, ReadStats
 from streams.replay.replay import ReplayResult, SessionReplay, _young_collections_batched
 from streams.replay.state import StateReplay
 from streams.security import SecurityConfig, current
@@ -312,10 +312,7 @@ def _work(
         reader.on_batch = batch_done
         state = StateReplay(config) if job.compare_state else None
         # the reader's ingest check already ran the engine's event check on each event
-        check = job.check
-        prechecked = isinstance(check, IngestCheck) and all(
-            check.covers(r.topic) for r in job.ranges
-        )
+        prechecked = reader.prechecked
         replay_events(
             reader,
             config,

@@ -30,6 +30,7 @@ Invariants:
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 import time
 import uuid
@@ -233,16 +234,14 @@ class IngestCheck:
         """True when every event of ``topic`` this check lets through passed the
         router's ``event_error`` against its own session id (a session topic, or
         ``<prefix>.events``); other topics are not checked at all."""
-        if topic == f"{self.prefix}.events":
-            return True
-        return _router_validate().session_id_of_topic(self.prefix, topic) is not None
+        is_events, topic_session = _topic_kind(self.prefix, topic)
+        return is_events or topic_session is not None
 
     def __call__(self, event: object, topic: str, key: bytes | None, size: int) -> str | None:
-        validate = _router_validate()
-        event_error, session_id_of_topic = validate.event_error, validate.session_id_of_topic
         if not isinstance(event, TraceEvent):
             return None
-        if topic == f"{self.prefix}.events":
+        is_events, topic_session = _topic_kind(self.prefix, topic)
+        if is_events:
             if key is not None and key != event.session_id.encode("utf-8"):
                 return (
                     f"session_id: the payload says {event.session_id!r} but the record's key "
@@ -250,16 +249,26 @@ class IngestCheck:
                 )
             # the router forwards after a framing check (decode once): the worker
             # runs the event checks where it decodes, and so does the replay
-            refused = event_error(event, event.session_id, topic)
+            refused = _router_validate().event_error(event, event.session_id, topic)
             return str(refused) if refused is not None else None
         if size > self.max_message_bytes:
             return f"message is {size} bytes, over the {self.max_message_bytes}-byte cap"
-        topic_session = session_id_of_topic(self.prefix, topic)
         if topic_session is None:
             return None  # not a per-session topic: nothing the router would check
         # the router's check_event, whose Rejected.reason is str() of this error
-        refused = event_error(event, topic_session, topic)
+        refused = _router_validate().event_error(event, topic_session, topic)
         return str(refused) if refused is not None else None
+
+
+@functools.lru_cache(maxsize=4096)
+def _topic_kind(prefix: str, topic: str) -> tuple[bool, str | None]:
+    """``(topic is <prefix>.events, the session id of a <prefix>.session.<id> topic
+    or None)``: what :class:`IngestCheck` asks of every record's topic, worked out
+    once per topic (a replay reads a handful of topics and checks every record).
+    The events topic is never also a session topic (its name has no ``.session.``)."""
+    if topic == f"{prefix}.events":
+        return True, None
+    return False, _router_validate().session_id_of_topic(prefix, topic)
 
 
 def published_at(
@@ -411,6 +420,19 @@ class TopicReader(Generic[T]):
         """Records in range (an upper bound: transaction markers take offsets too)."""
         return sum(r.size for r in self.plan())
 
+    @property
+    def prechecked(self) -> bool:
+        """True when :attr:`check` is an :class:`IngestCheck` that covers every topic
+        read (:meth:`IngestCheck.covers`): every event this reader yields then
+        passed the router's ``event_error`` against its own session id, and
+        :func:`~streams.replay.replay.replay_events` may skip that check
+        (``prechecked=True``).  Uses the plan when one was given, else the topics."""
+        check = self.check
+        if not isinstance(check, IngestCheck):
+            return False
+        topics = {r.topic for r in self._ranges} if self._ranges is not None else set(self.topics)
+        return all(check.covers(t) for t in topics)
+
     # -- reading -----------------------------------------------------------
     def batches(self) -> Iterator[list[Any]]:
         """Every record in range, as lists of librdkafka messages (one per ``consume``).
@@ -510,36 +532,54 @@ class TopicReader(Generic[T]):
         key_filter = self.key_filter
         check = self.check
         on_batch = self.on_batch
-        for batch in self.batches():
-            for msg in batch:
-                key = msg.key()
-                if key_filter is not None and not key_filter(key):
-                    continue
-                stats.records += 1
-                value = msg.value()
-                if value is None:
-                    self._fail(msg.topic(), msg.partition(), msg.offset(), "no value (tombstone)")
-                    continue
-                size = len(value)
-                stats.bytes += size
-                try:
-                    item = decode(value)
-                except (SerdeError, TrajectoryError) as exc:
-                    where = published_at(msg.topic(), msg.partition(), msg.offset(), msg.headers())
-                    self._fail(*where, f"{type(exc).__name__}: {exc}", exc)
-                    continue
-                if check is not None:
-                    refused = check(item, msg.topic(), key, size)
-                    if refused is not None:
+        decode_errors = (SerdeError, TrajectoryError)
+        # counted in locals and added to ``stats`` after each batch (and when the
+        # read stops early, e.g. --strict): three attribute updates per record
+        # are a visible share of a replay's per-event cost
+        records = size_total = decoded = 0
+        try:
+            for batch in self.batches():
+                for msg in batch:
+                    key = msg.key()
+                    if key_filter is not None and not key_filter(key):
+                        continue
+                    records += 1
+                    value = msg.value()
+                    if value is None:
+                        self._fail(
+                            msg.topic(), msg.partition(), msg.offset(), "no value (tombstone)"
+                        )
+                        continue
+                    size = len(value)
+                    size_total += size
+                    try:
+                        item = decode(value)
+                    except decode_errors as exc:
                         where = published_at(
                             msg.topic(), msg.partition(), msg.offset(), msg.headers()
                         )
-                        self._fail(*where, f"refused as live ingest does: {refused}")
+                        self._fail(*where, f"{type(exc).__name__}: {exc}", exc)
                         continue
-                stats.decoded += 1
-                yield item
-            if on_batch is not None:
-                on_batch(len(batch))
+                    if check is not None:
+                        refused = check(item, msg.topic(), key, size)
+                        if refused is not None:
+                            where = published_at(
+                                msg.topic(), msg.partition(), msg.offset(), msg.headers()
+                            )
+                            self._fail(*where, f"refused as live ingest does: {refused}")
+                            continue
+                    decoded += 1
+                    yield item
+                stats.records += records
+                stats.bytes += size_total
+                stats.decoded += decoded
+                records = size_total = decoded = 0
+                if on_batch is not None:
+                    on_batch(len(batch))
+        finally:
+            stats.records += records
+            stats.bytes += size_total
+            stats.decoded += decoded
         # partitions are consumed interleaved, in no fixed order: the report lists
         # the failures by coordinates, as a parallel replay's merge does
         stats.failures.sort(key=_failure_order)

@@ -212,37 +212,54 @@ def _replay(
     result = ReplayResult(None) if into is None else into
     result.analyzer = analyzer if state is None else None
     sessions = result.sessions
-    policy = analyzer._policy
+    pattern_severity = analyzer._policy.pattern_severity
     rejected = result.rejected
+    records_of = analyzer.records
+    # per session: its SessionReplay, the output lists, and what runs its events
+    # (its engine's on_event, or the state replay's run), looked up once per
+    # session instead of ~5 lookups per event.  The engine is still created at
+    # the session's first event that reaches it, as ``analyzer.engine`` did per event
+    seen: dict[str, list[Any]] = {}
+    run: Callable[[TraceEvent], Any] | None
     for event in events:
         sid = event.session_id
-        sr = sessions.get(sid)
-        if sr is None:
-            sr = sessions[sid] = SessionReplay(sid)
+        entry = seen.get(sid)
+        if entry is None:
+            sr = sessions.get(sid)
+            if sr is None:
+                sr = sessions[sid] = SessionReplay(sid)
+            run = None if state is None else state.run
+            entry = seen[sid] = [sr, sr.patterns, sr.assessments, run]
+        sr, patterns, assessments, run = entry
         sr.events += 1
-        refused = None if prechecked else event_error(event, sid, "")
-        if refused is not None:
-            # what the worker dead-letters (the router forwards it since "decode once")
-            rejected.append((sid, event.seq, str(refused)))
-            if state is not None:
-                state.refuse(event, str(refused))
-            if on_event is not None:
-                on_event()
-            continue
+        if not prechecked:
+            refused = event_error(event, sid, "")
+            if refused is not None:
+                # what the worker dead-letters (the router forwards it since "decode once")
+                rejected.append((sid, event.seq, str(refused)))
+                if state is not None:
+                    state.refuse(event, str(refused))
+                if on_event is not None:
+                    on_event()
+                continue
+        if run is None:
+            run = analyzer.engine(sid).on_event
+            entry[3] = run
         try:
-            out = analyzer.engine(sid).on_event(event) if state is None else state.run(event)
+            out = run(event)
         except InvalidEventError as exc:
             rejected.append((sid, event.seq, str(exc)))
             if on_event is not None:
                 on_event()
             continue
-        if out.patterns or out.assessment is not None:
+        assessment = out.assessment
+        if out.patterns or assessment is not None:
             if keep_records:
-                sr.records.extend(analyzer.records(event, out))
+                sr.records.extend(records_of(event, out))
             for det in out.patterns:
-                sr.patterns.append(pattern_wire(det, policy.pattern_severity(det.pattern), event))
-            if out.assessment is not None and out.assessment.assessments:
-                sr.assessments.append(assessment_wire(out.assessment, event))
+                patterns.append(pattern_wire(det, pattern_severity(det.pattern), event))
+            if assessment is not None and assessment.assessments:
+                assessments.append(assessment_wire(assessment, event))
         if on_event is not None:
             on_event()
     for sid, sr in sessions.items():

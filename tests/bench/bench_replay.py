@@ -231,7 +231,7 @@ def main() -> None:
 
         def fetch_decode_core() -> Any:
             r = TopicReader(args.bootstrap, topics, EventSerde().decode, check=check)
-            result = replay_events(r, keep_records=args.records)
+            result = replay_events(r, keep_records=args.records, prechecked=r.prechecked)
             return result.events, result
 
         rows = []

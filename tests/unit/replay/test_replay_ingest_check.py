@@ -97,3 +97,42 @@ def test_a_prechecked_replay_of_what_the_check_let_through_is_the_checked_replay
     assert pre.sessions == expected.sessions
     assert pre.sessions["s1"].patterns == checked.sessions["s1"].patterns
     assert pre.sessions["s1"].assessments == checked.sessions["s1"].assessments
+
+
+def test_a_reader_is_prechecked_only_when_its_ingest_check_covers_every_topic() -> None:
+    """What lets the single-process CLI and each ``--jobs`` worker skip the
+    engine's second ``event_error``: True only for an :class:`IngestCheck` that
+    covers every topic read (a plan's topics when there is one).  No broker is
+    contacted: a reader opens its consumer only when it plans or reads."""
+    from streams.replay.reader import PartitionRange, TopicReader
+
+    def reader(topics: list[str], check: object = CHECK, ranges: object = None) -> TopicReader:
+        return TopicReader(
+            "127.0.0.1:1",
+            topics,
+            bytes,
+            check=check,
+            ranges=ranges,  # type: ignore[arg-type]
+        )
+
+    assert reader(["p.session.s1", "p.session.s2", "p.events"]).prechecked
+    assert not reader(["p.session.s1", "p.patterns"]).prechecked
+    assert not reader(["p.session.s1"], check=None).prechecked
+    assert not reader(["p.session.s1"], check=lambda *a: None).prechecked
+    plan = [PartitionRange("p.session.s1", 0, 0, 5), PartitionRange("q.session.s1", 0, 0, 5)]
+    assert not reader([], ranges=plan).prechecked
+    assert reader([], ranges=plan[:1]).prechecked
+
+
+def test_the_cached_topic_kind_gives_the_uncached_answers() -> None:
+    """The per-topic cache of :class:`IngestCheck` answers as the router's
+    ``session_id_of_topic`` and the events-topic test do, for any prefix."""
+    from streams.replay.reader import _topic_kind
+    from streams.router.validate import session_id_of_topic
+
+    for prefix in ("p", "p.session", "x"):
+        for topic in ("p.events", "p.session.s1", "p.session.events", "x.session.a-b", "p.x"):
+            expected = (topic == f"{prefix}.events", None)
+            if not expected[0]:
+                expected = (False, session_id_of_topic(prefix, topic))
+            assert _topic_kind(prefix, topic) == expected, (prefix, topic)

@@ -353,3 +353,21 @@ def test_assessment_round_trip() -> None:
     assert AssessmentSerde().decode(AssessmentSerde().encode(a)) == a
     with pytest.raises(UnserializableError, match="trigger"):
         AssessmentSerde().encode(AssessmentWire("s", 1, 1, "cron"))  # type: ignore[arg-type]
+
+
+def test_the_fast_frame_path_decodes_as_the_general_one() -> None:
+    """``decode`` skips ``_frame``'s lookups for bytes framed with the bundled
+    writer schema; bytearray/memoryview input takes the general path.  Both give
+    the same event, and the size cap and a truncated body fail the same way."""
+    serde = EventSerde()
+    data = serde.encode(FULL)
+    assert serde.decode(data) == serde.decode(bytearray(data)) == FULL
+    assert serde.decode(memoryview(data)) == FULL
+    capped = EventSerde(max_bytes=len(data) - 1)
+    with pytest.raises(OversizedMessageError, match="over the"):
+        capped.decode(data)
+    with pytest.raises(MalformedMessageError) as fast:
+        serde.decode(data[:-3])
+    with pytest.raises(MalformedMessageError) as general:
+        serde.decode(bytearray(data[:-3]))
+    assert str(fast.value) == str(general.value)

@@ -32,6 +32,7 @@ import pytest
 from engine_sessions import mixed_events
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_strategies import json_values
 
 import streams.core.config as config_module
 import streams.core.detectors.drift as drift_module
@@ -333,17 +334,7 @@ def test_silent_without_limits_is_honoured_only_with_the_should_run_it_describes
     assert resource_runs(_ChattyResourceObserver) == 3  # every 10 calls
 
 
-_JSON_VALUES = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=True, allow_infinity=True)
-    | st.text(),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
+_JSON_VALUES = json_values(non_finite=True, key_size=5, max_leaves=12)
 
 
 @settings(max_examples=300, deadline=None)

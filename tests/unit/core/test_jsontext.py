@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given
-from hypothesis import strategies as st
+from json_strategies import json_values
 
 from streams.core.jsontext import compiled_encoder
 
@@ -19,13 +19,7 @@ SETTINGS: list[dict[str, Any]] = [
     {"check_circular": False, "skipkeys": True},
 ]
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4)
-    ),
-    max_leaves=20,
-)
+any_json_values = json_values(non_finite=True, key_size=5, max_leaves=20)
 
 
 def _outcome(fn: Any, value: object) -> tuple[str, str]:
@@ -36,7 +30,7 @@ def _outcome(fn: Any, value: object) -> tuple[str, str]:
 
 
 @pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(sorted(s)) or "defaults")
-@given(value=json_values)
+@given(value=any_json_values)
 def test_same_text_or_error_as_json_dumps(settings: dict[str, Any], value: object) -> None:
     fast = compiled_encoder(json.JSONEncoder(**settings))
     assert _outcome(fast, value) == _outcome(lambda v: json.dumps(v, **settings), value)

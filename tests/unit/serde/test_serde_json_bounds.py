@@ -15,6 +15,7 @@ import fastavro
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_strategies import json_values
 
 from streams.core.engine import SessionEngine
 from streams.core.events import TraceEvent
@@ -154,15 +155,8 @@ def test_accepted_extremes_survive_the_worker_state_codec() -> None:
         assert decode_state(encode_state(state, compress=compress)) == state
 
 
-json_texts = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats()  # NaN and infinities included: they must be rejected by name
-    | st.text(),
-    lambda kids: st.lists(kids, max_size=4) | st.dictionaries(st.text(), kids, max_size=4),
-    max_leaves=30,
-)
+# NaN and infinities included: they must be rejected by name
+json_texts = json_values(non_finite=True, key_size=None, max_leaves=30)
 
 
 @settings(max_examples=200, deadline=None)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from hypothesis import given, settings
-from hypothesis import strategies as st
+from json_strategies import json_values
 
 from streams.worker.state import canonical_bytes, canonical_text
 
@@ -32,22 +32,9 @@ def outcome(fn: Any, value: Any) -> tuple[str, str]:
         return (type(exc).__name__, str(exc))
 
 
-leaf = (
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats()  # NaN and infinities included: both must refuse them alike
-    | st.text()  # lone surrogates included: JSON text allows them, UTF-8 does not
-)
-json_like = st.recursive(
-    leaf,
-    lambda inner: (
-        st.lists(inner, max_size=4)
-        | st.tuples(inner, inner)
-        | st.dictionaries(st.text(max_size=6), inner, max_size=4)
-    ),
-    max_leaves=25,
-)
+# NaN and infinities included: both must refuse them alike; lone surrogates too: JSON
+# text allows them, UTF-8 does not
+json_like = json_values(non_finite=True, tuples=True, key_size=6, max_leaves=25)
 
 
 @settings(max_examples=400, deadline=None)

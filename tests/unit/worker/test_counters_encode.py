@@ -12,6 +12,7 @@ from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from json_strategies import json_values
 
 from streams.core.events import TraceEvent
 from streams.sim.events import fleet_events
@@ -35,15 +36,7 @@ tricky = st.sampled_from(
     ['"recent":[],"seq_gaps":', '"recent":[]', "recent", "seq_gaps", '"', "\\", "é", "\u2028", ""]
 )
 text = st.one_of(tricky, st.text(st.characters(blacklist_categories=("Cs",)), max_size=12))
-json_value = st.recursive(
-    st.none()
-    | st.booleans()
-    | st.integers()
-    | st.floats(allow_nan=False, allow_infinity=False)
-    | text,
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(text, inner, max_size=3),
-    max_leaves=8,
-)
+json_value = json_values(text=text, max_size=3, max_leaves=8)
 steps = st.lists(
     st.tuples(
         st.sampled_from(["tool_call", "tool_result", "model_step", "error", "session_end"]),

@@ -33,9 +33,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import faust
+from aiokafka.errors import IllegalStateError  # type: ignore[import-untyped]
 from faust.exceptions import ProducerSendError
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as _aiokafka_driver
@@ -228,6 +229,36 @@ class _ReadCommittedConsumerThread(_aiokafka_driver.AIOKafkaConsumerThread):
         return consumer
 
 
+class _Seeks(Protocol):
+    async def perform_seek(self) -> None: ...
+
+
+async def seek_back_mid_rebalance(consumer: _Seeks) -> bool:
+    """The fetch loop's seek back to the committed offsets while the flow is stopped
+    (a rebalance is under way); False when the rebalance revoked a partition under it.
+
+    Why: aiokafka's ``seek_to_committed`` lists the assigned partitions, then awaits
+    each one's committed offset; a revocation in between makes its ``seek_to`` raise
+    ``IllegalStateError("No current assignment for partition ...")``.  That crashed the
+    worker (a CI run, 2026-11-24: the second worker of a group stopped while the
+    first was seeking).  Faust's own ``getmany`` logs and carries on here; so does
+    this, for that error only: nothing was handled from the revoked partition, and
+    the assignment that follows seeks every partition it gives to its committed
+    offset again (``Recovery``: "Seek stream partitions to committed offsets").  Any
+    other error still stops the worker.
+    """
+    try:
+        await consumer.perform_seek()
+    except IllegalStateError as exc:
+        log.warning(
+            "seek back to the committed offsets during a rebalance: %s; the next "
+            "assignment seeks its partitions again",
+            exc,
+        )
+        return False
+    return True
+
+
 class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
     """The worker's consumer: read_committed, batches of events to the batch handler,
     and the write-behind state flushed before every offset commit."""
@@ -306,7 +337,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                     continue
                 if not self.flow_active:
                     # Faust's getmany: flow stopped mid-rebalance -> seek back to committed
-                    await self.perform_seek()
+                    await seek_back_mid_rebalance(self)
                     continue
                 generation = self.app.consumer_generation_id
                 trace = _TRACE

@@ -150,57 +150,23 @@ class SessionCounters:
         ``recent`` entry, so it must not be changed afterwards.  ``event_text``:
         ``canonical_bytes(event_json).decode()`` if the caller made it (only with
         ``event_json``); :meth:`encode` then writes that text instead of dumping the
-        entry again.
+        entry again.  The counting rules live in :meth:`SessionWork.apply` (the
+        worker's path), so there is one copy of them.
         """
-        last_seq = self.last_seq
-        seq = event.seq
-        if seq <= last_seq:
+        work = SessionWork(self)
+        if event_json is None:
+            event_json, event_text = event_to_json(event), None
+        if not work.apply(event, event_json, event_text):
             return None
-        etype = event.type
-        ts = event.timestamp_ms
-        is_error = (etype == "tool_result" and event.is_error) or etype == "error"
-        recent = (
-            *self.recent,
-            event_to_json(event) if event_json is None else event_json,
-        )[-RECENT_LIMIT:]
-        texts = self.recent_text
-        if event_text is not None and event_json is not None:
-            if len(texts) != len(self.recent):
-                texts = (None,) * len(self.recent)
-            texts = (*texts, event_text)[-RECENT_LIMIT:]
-        elif texts:
-            texts = (*texts, None)[-RECENT_LIMIT:] if len(texts) == len(self.recent) else ()
-        first = self.first_event_ms
-        last = self.last_event_ms
-        # the constructor, not dataclasses.replace (which looks the fields up on
-        # every call): this runs once per event
-        return SessionCounters(
-            session_id=self.session_id,
-            events=self.events + 1,
-            tool_calls=self.tool_calls + (etype == "tool_call"),
-            tool_results=self.tool_results + (etype == "tool_result"),
-            errors=self.errors + is_error,
-            model_steps=self.model_steps + (etype == "model_step"),
-            input_tokens=self.input_tokens + (event.input_tokens or 0),
-            output_tokens=self.output_tokens + (event.output_tokens or 0),
-            last_seq=seq,
-            seq_gaps=self.seq_gaps + (seq > last_seq + 1),
-            first_event_ms=ts if first is None else min(first, ts),
-            last_event_ms=ts if last is None else max(last, ts),
-            ended=self.ended or etype == "session_end",
-            recent=recent,
-            patterns_fired=self.patterns_fired,
-            recent_text=texts,
-        )
+        return work.freeze()
 
     def with_patterns(self, pattern_types: tuple[str, ...]) -> SessionCounters:
         """Count patterns the engine fired on the event just applied."""
         if not pattern_types:
             return self
-        counts = dict(self.patterns_fired)
-        for name in pattern_types:
-            counts[name] = counts.get(name, 0) + 1
-        return replace(self, patterns_fired=counts)
+        work = SessionWork(self)
+        work.add_patterns(pattern_types)
+        return work.freeze()
 
     def to_json(self) -> dict[str, Any]:
         out = _fields(self)
@@ -255,9 +221,10 @@ class SessionWork:
     written, at a flush.  :meth:`apply` changes this object in place and
     :meth:`freeze` makes the frozen value (cached until the next change).
 
-    Invariants: after the same events, ``freeze()`` equals what
-    :meth:`SessionCounters.apply` (and :meth:`SessionCounters.with_patterns`) give
-    from the value it started from, and encodes to the same bytes; ``recent_text``
+    Invariants: this is the one copy of the counting rules
+    (:meth:`SessionCounters.apply` goes through it); after the same events,
+    ``freeze()`` equals what the plain one-value-per-event rules in
+    tests/counters_reference.py give, and encodes to the same bytes; ``recent_text``
     stays aligned with ``recent`` (``None`` where the text is not known); a frozen
     value shares no mutable container with this object (its ``recent`` entries, the
     events' JSON dicts, are never changed by anyone).
@@ -307,7 +274,7 @@ class SessionWork:
         self._frozen: SessionCounters | None = value
 
     def apply(self, event: TraceEvent, event_json: dict[str, Any], event_text: str | None) -> bool:
-        """Apply ``event`` in place (as :meth:`SessionCounters.apply`); False (and
+        """Apply ``event`` in place; False (and
         nothing changed) when ``event.seq`` was already applied.
 
         ``event_json`` becomes the newest ``recent`` entry: it must not be changed

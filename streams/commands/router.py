@@ -61,6 +61,8 @@ if TYPE_CHECKING:
 
 #: Environment default of --guarantee (the flag wins).
 GUARANTEE_ENV = "TRAJECTORY_ROUTER_GUARANTEE"
+#: Environment default of --client-debug (the flag wins): librdkafka debug contexts.
+CLIENT_DEBUG_ENV = "TRAJECTORY_ROUTER_CLIENT_DEBUG"
 _GUARANTEES = ("exactly-once", "at-least-once")
 
 
@@ -217,6 +219,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="serve Prometheus metrics on http://127.0.0.1:PORT/metrics (conventional: 9464; "
         "default 0 = off)",
     )
+    parser.add_argument(
+        "--client-debug",
+        default=os.environ.get(CLIENT_DEBUG_ENV) or None,
+        metavar="CONTEXTS",
+        help="librdkafka debug contexts for the router's consumer and producer, logged to "
+        "stderr, e.g. 'cgrp,eos' to follow group generations and transactions after a broker "
+        f"restart (default: ${CLIENT_DEBUG_ENV} or none; see librdkafka's CONFIGURATION.md "
+        "'debug')",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
 
 
@@ -268,7 +279,14 @@ def run(args: argparse.Namespace) -> int:
         logging.getLogger("streams.router").info(
             "metrics on http://127.0.0.1:%d/metrics", args.metrics_port
         )
-    router = Router(settings, config, metrics=metrics)
+    debug = {"debug": args.client_debug} if args.client_debug else {}
+    router = Router(
+        settings,
+        config,
+        metrics=metrics,
+        extra_consumer_config=debug,
+        extra_producer_config=debug,
+    )
     log = logging.getLogger("streams.router")
     stop_requested: list[float] = []
 

@@ -84,6 +84,7 @@ from __future__ import annotations
 import concurrent.futures
 import functools
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -175,6 +176,18 @@ CONSUMER_RESTART_WINDOW_S = 300.0
 DISCOVERY_CHECK_S = 3.0
 
 
+#: Group errors a transaction's offsets can be refused with: the abort's log line
+#: names the generation and member they were sent with.
+_GROUP_REFUSALS = frozenset(
+    {
+        KafkaError.ILLEGAL_GENERATION,
+        KafkaError.UNKNOWN_MEMBER_ID,
+        KafkaError.FENCED_INSTANCE_ID,
+        KafkaError.REBALANCE_IN_PROGRESS,
+    }
+)
+
+
 class _InflightCommit:
     """Exactly-once: one transaction committing in a helper thread
     (``RouterConfig.commit_in_background``), and what its batch routed.
@@ -193,6 +206,7 @@ class _InflightCommit:
         "ending",
         "error",
         "first",
+        "group_metadata",
         "msgs",
         "positions",
         "routed",
@@ -225,6 +239,35 @@ class _InflightCommit:
         self.thread: threading.Thread | None = None
         #: Router._first of this batch (where an abort of it seeks back to)
         self.first: dict[tuple[str, int], int] = {}
+        #: consumer_group_metadata() sent with its offsets (named in a refusal's log)
+        self.group_metadata: object = None
+
+
+def describe_group_metadata(metadata: object) -> str:
+    """``generation G, member M, instance I`` of a ``consumer_group_metadata()``,
+    for the log of a refused transaction (ILLEGAL_GENERATION names a stale one).
+
+    confluent-kafka hands the metadata over as librdkafka's serialized form
+    (``rd_kafka_consumer_group_metadata_write``): ``CGMDv2:``, the generation as a
+    native-endian int32, then the NUL-terminated group id and member id, a
+    null-flag byte and the NUL-terminated instance id.  Anything else is shown as
+    its repr, never raised: this is for a log line.
+    """
+    if not isinstance(metadata, bytes) or not metadata.startswith(b"CGMDv2:"):
+        return f"group metadata {metadata!r}"
+    body = metadata[7:]
+    generation = int.from_bytes(body[:4], sys.byteorder, signed=True)
+    rest = body[4:]
+    group_end = rest.find(b"\0")
+    member_end = rest.find(b"\0", group_end + 1)
+    if group_end < 0 or member_end < 0:
+        return f"generation {generation} (group metadata {metadata!r})"
+    member = rest[group_end + 1 : member_end].decode(errors="replace") or "-"
+    flag = rest[member_end + 1 : member_end + 2]
+    instance = rest[member_end + 2 :].rstrip(b"\0").decode(errors="replace")
+    if flag != b"\0":
+        instance = "-"
+    return f"generation {generation}, member {member}, instance {instance or '-'}"
 
 
 class _AbortableProduce(Exception):
@@ -1594,6 +1637,7 @@ class Router:
             ending=self._ending,
             txn_started=self._txn_started,
         )
+        inflight.group_metadata = metadata
 
         def target() -> None:
             try:
@@ -1660,7 +1704,7 @@ class Router:
             kerr = exc.args[0]
             if not kerr.txn_requires_abort():
                 raise self._fatal("commit", exc) from exc
-            self._abort(str(kerr), rewind=rewind)
+            self._abort(self._refusal(kerr, inflight.group_metadata), rewind=rewind)
             return
         raise exc
 
@@ -1733,6 +1777,7 @@ class Router:
         assert consumer is not None and producer is not None
         t0 = time.monotonic()
         positions = [TopicPartition(t, p, o) for (t, p), o in self._uncommitted.items()]
+        metadata = None
         try:
             metadata = consumer.consumer_group_metadata() if positions else None
             self._transaction_calls(positions, metadata)
@@ -1745,7 +1790,7 @@ class Router:
             kerr = exc.args[0]
             if not kerr.txn_requires_abort():
                 raise self._fatal("commit", exc) from exc
-            self._abort(str(kerr))
+            self._abort(self._refusal(kerr, metadata))
             return
         self._commit_s += time.monotonic() - t0
         self._first.clear()
@@ -1757,6 +1802,14 @@ class Router:
         self._transactions += 1
         self._txn_open = False
         self._batch_done()
+
+    @staticmethod
+    def _refusal(kerr: KafkaError, metadata: object) -> str:
+        """Why a transaction is aborted: the error, and for a group error the group
+        metadata its offsets were sent with (docs/kafka-notes.md, "ILLEGAL_GENERATION")."""
+        if metadata is None or kerr.code() not in _GROUP_REFUSALS:
+            return str(kerr)
+        return f"{kerr} (offsets sent with {describe_group_metadata(metadata)})"
 
     def _abort(self, why: str, *, rewind: bool = True) -> None:
         consumer, producer = self._consumer, self._producer

@@ -153,6 +153,16 @@ BROKER_WAIT_S = 120.0
 #: one and aborts its transaction; the consumer is rewound to the committed
 #: offsets).  Far above a normal commit (milliseconds).
 WEDGED_S = 15.0
+#: The same for one attempt of a call inside a transaction (``send_offsets_to_
+#: transaction``, ``commit_transaction``, ``abort_transaction``), where a wedge
+#: costs only a replaced producer: each attempt is given :data:`CALL_TIMEOUT_S`,
+#: so one still running after three times that ignores its timeout.  Measured
+#: (``tests/bench/bench_router_restarts.py``, docs/kafka-notes.md "librdkafka:
+#: ``send_offsets_to_transaction`` ignores its timeout"): after most broker
+#: restarts the first ``send_offsets_to_transaction`` gets its ``AddOffsetsToTxn``
+#: answered and then never sends the ``TxnOffsetCommit``, although the broker is
+#: back; with 15 s here the router routed nothing for 17-22 s after the restart.
+TXN_CALL_WEDGED_S = 3 * CALL_TIMEOUT_S
 #: At-least-once: stop waiting for an offset commit after this long (confluent-kafka's
 #: synchronous ``Consumer.commit`` takes no timeout; a router sat in it for tens of
 #: seconds during rebalance storms on an overloaded machine).  It then counts as a
@@ -957,7 +967,7 @@ class Router:
                 if direct:
                     call(CALL_TIMEOUT_S)
                 else:
-                    self._bounded(what, call)
+                    self._bounded(what, call, limit=TXN_CALL_WEDGED_S if txn else WEDGED_S)
                 return
             except KafkaException as exc:
                 kerr = exc.args[0]

@@ -89,11 +89,33 @@ def test_a_call_that_ignores_its_timeout_is_abandoned_on_stop(
     release.set()
 
 
-def test_a_wedged_call_is_reported(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(router_mod, "WEDGED_S", 0.3)
+def test_a_wedged_call_inside_a_transaction_is_reported_after_three_attempt_timeouts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """send_offsets_to_transaction that ignores its timeout (after a broker restart:
+    bench_router_restarts.py) is given up after TXN_CALL_WEDGED_S, not WEDGED_S:
+    the router then replaces only its producer, and routes again seconds sooner."""
+    assert router_mod.TXN_CALL_WEDGED_S == 3 * router_mod.CALL_TIMEOUT_S
+    monkeypatch.setattr(router_mod, "WEDGED_S", 30.0)
+    monkeypatch.setattr(router_mod, "TXN_CALL_WEDGED_S", 0.3)
     release = threading.Event()
+    t0 = time.monotonic()
     with pytest.raises(_Wedged, match="send_offsets_to_transaction has not returned"):
         _router()._broker_call("send_offsets_to_transaction", lambda t: release.wait(30))
+    assert time.monotonic() - t0 < 10
+    release.set()
+
+
+def test_init_transactions_keeps_the_longer_wedge_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A wedged init_transactions stops the router (nothing left to replace), so it
+    is not given up at the short in-transaction limit."""
+    monkeypatch.setattr(router_mod, "WEDGED_S", 0.3)
+    monkeypatch.setattr(router_mod, "TXN_CALL_WEDGED_S", 30.0)
+    release = threading.Event()
+    t0 = time.monotonic()
+    with pytest.raises(_Wedged, match="init_transactions has not returned"):
+        _router()._broker_call("init_transactions", lambda t: release.wait(30), txn=False)
+    assert time.monotonic() - t0 < 10
     release.set()
 
 

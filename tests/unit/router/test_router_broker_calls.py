@@ -8,6 +8,7 @@ broker by tests/integration/test_router_broker_restart.py.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 
@@ -242,3 +243,23 @@ def test_an_at_least_once_offset_commit_that_does_not_return_is_given_up(
     assert stats.failed_commits == 1 and stats.offset_commits == 0
     assert router._uncommitted == {("t.session.a", 0): 5}  # the next commit covers it
     assert not router._in_txn  # the batch was delivered: it is done
+
+
+def test_a_refusal_names_the_generation_and_member_its_offsets_were_sent_with() -> None:
+    """librdkafka's serialized consumer_group_metadata() (what confluent-kafka hands
+    over), read for the log line of a transaction refused with ILLEGAL_GENERATION."""
+    from streams.router.router import describe_group_metadata
+
+    gen = (7).to_bytes(4, sys.byteorder, signed=True)
+    static = b"CGMDv2:" + gen + b"chaos.router\0chaos.router.0-abc\0\0chaos.router.0\0"
+    assert describe_group_metadata(static) == (
+        "generation 7, member chaos.router.0-abc, instance chaos.router.0"
+    )
+    unjoined = b"CGMDv2:" + (-1).to_bytes(4, sys.byteorder, signed=True) + b"g\0\0\x01"
+    assert describe_group_metadata(unjoined) == "generation -1, member -, instance -"
+    assert describe_group_metadata(None) == "group metadata None"  # never raises
+    assert "generation 7" in describe_group_metadata(b"CGMDv2:" + gen + b"truncated")
+    refusal = Router._refusal(KafkaError(KafkaError.ILLEGAL_GENERATION, "refused"), static)
+    assert "(offsets sent with generation 7, member chaos.router.0-abc" in refusal
+    other = KafkaError(KafkaError._TIMED_OUT, "slow")
+    assert Router._refusal(other, static) == str(other)  # only group errors add it

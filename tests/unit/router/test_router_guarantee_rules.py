@@ -150,10 +150,18 @@ def test_run_passes_the_guarantee_to_the_router(
     import streams.router
 
     seen: list[RouterConfig] = []
+    clients: list[dict[str, Any]] = []
 
     class FakeRouter:
-        def __init__(self, settings: Settings, config: RouterConfig, metrics: Any = None) -> None:
+        def __init__(
+            self,
+            settings: Settings,
+            config: RouterConfig,
+            metrics: Any = None,
+            **client_config: dict[str, Any],
+        ) -> None:
             seen.append(config)
+            clients.append(client_config)
 
         def start(self) -> None:
             pass
@@ -169,6 +177,7 @@ def test_run_passes_the_guarantee_to_the_router(
 
     monkeypatch.setattr(streams.router, "Router", FakeRouter, raising=False)
     monkeypatch.setattr(signal, "signal", lambda *a: None)
+    monkeypatch.delenv(cmd.CLIENT_DEBUG_ENV, raising=False)
     args = parse(
         "--guarantee",
         "at-least-once",
@@ -193,6 +202,16 @@ def test_run_passes_the_guarantee_to_the_router(
     )
     assert "stopped: routed 7, dead-lettered 0, 3 offset commits" in caplog.text
     assert "(at-least-once)" in caplog.text
+    # no --client-debug: the clients get no debug setting
+    assert clients[0] == {"extra_consumer_config": {}, "extra_producer_config": {}}
+    monkeypatch.setenv(cmd.CLIENT_DEBUG_ENV, "cgrp")
+    assert cmd.run(parse()) == 0
+    assert clients[1] == {
+        "extra_consumer_config": {"debug": "cgrp"},
+        "extra_producer_config": {"debug": "cgrp"},
+    }
+    assert cmd.run(parse("--client-debug", "cgrp,eos")) == 0  # the flag wins
+    assert clients[2]["extra_producer_config"] == {"debug": "cgrp,eos"}
 
 
 # -- status line and metrics -------------------------------------------------------

@@ -38,7 +38,15 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "chaos"))
 
-from chaos_driver import PARTITIONS, PREFIX, ArrivalMonitor, ChaosConfig, Load, Proc  # noqa: E402
+from chaos_driver import (  # noqa: E402
+    PARTITIONS,
+    PREFIX,
+    ArrivalMonitor,
+    ChaosConfig,
+    Load,
+    Proc,
+    router_command,
+)
 
 
 def _refusals(log: Path, since: int) -> tuple[int, int]:
@@ -80,17 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     broker.start()
     settings = Settings(bootstrap=broker.bootstrap, prefix=PREFIX, events_partitions=PARTITIONS)
     ensure_worker_topics(settings)
-    router_args = [
-        "streams.commands.router",
-        "--bootstrap",
-        broker.bootstrap,
-        "--prefix",
-        PREFIX,
-        "--partitions",
-        str(PARTITIONS),
-        "--status-every",
-        "0",
-    ]
+    router_args = router_command(broker.bootstrap)
     if args.client_debug:
         router_args += ["--client-debug", args.client_debug]
     router_log = workdir / "router.log"

@@ -576,6 +576,21 @@ def _read_topic(bootstrap: str, topic: str, committed: bool = True) -> list[Any]
 # the run
 
 
+def router_command(bootstrap: str) -> list[str]:
+    """``python -m`` arguments of the router the chaos runs start (and restart)."""
+    return [
+        "streams.commands.router",
+        "--bootstrap",
+        bootstrap,
+        "--prefix",
+        PREFIX,
+        "--partitions",
+        str(PARTITIONS),
+        "--status-every",
+        "0",
+    ]
+
+
 def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = print) -> ChaosResult:
     """One chaos run in ``workdir`` (logs and data stay there); see the module docstring."""
     from streams.broker import LocalBroker, ensure_jars, free_ports
@@ -599,21 +614,7 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     ensure_worker_topics(settings)
     log(f"chaos: broker at {broker.bootstrap}, workdir {workdir}")
 
-    router = Proc(
-        "router",
-        [
-            "streams.commands.router",
-            "--bootstrap",
-            broker.bootstrap,
-            "--prefix",
-            PREFIX,
-            "--partitions",
-            str(PARTITIONS),
-            "--status-every",
-            "0",
-        ],
-        workdir / "router.log",
-    )
+    router = Proc("router", router_command(broker.bootstrap), workdir / "router.log")
     worker = Proc(
         "worker",
         [

@@ -134,6 +134,7 @@ def _consume_confluent(mode: Mode, bootstrap: str, topics: list[str], ctl: _Cont
     for c in consumers:
         c.close()
     ctl.results.send(lats)
+    ctl.results.send(None)  # fetches not counted (librdkafka's statistics would cost CPU)
 
 
 def _consume_kafka_python(mode: Mode, bootstrap: str, topics: list[str], ctl: _Control) -> None:
@@ -159,16 +160,42 @@ def _consume_kafka_python(mode: Mode, bootstrap: str, topics: list[str], ctl: _C
     tps = [KpTopicPartition(t, 0) for t in topics]
     c.assign(tps)
     c.seek_to_end(*tps)
+    # Fetch responses counted through the fetcher's latency sensor (private API:
+    # without it the count is -1).  It tells whether a cheaper broker comes from
+    # the sessions or from fewer fetches.
+    responses = [0]
+
+    class CountingSensor:
+        """Stands in for the fetcher's ``fetch_latency`` sensor (it has slots)."""
+
+        def __init__(self, sensor: Any) -> None:
+            self.sensor = sensor
+
+        def record(self, *args: Any, **kwargs: Any) -> None:
+            responses[0] += 1
+            self.sensor.record(*args, **kwargs)
+
+    try:
+        sensors = c._fetcher._sensors
+        sensors.fetch_latency = CountingSensor(sensors.fetch_latency)
+    except AttributeError:
+        responses[0] = -1
     lats: list[float] = []
+    marks: list[int] = []
     ctl.ready.set()
     while not ctl.stop.is_set():
         batches = c.poll(timeout_ms=50, max_records=10000)
         now = time.time()
         if ctl.measuring.is_set():
+            if not marks:
+                marks.append(responses[0])
             for records in batches.values():
                 lats.extend(now - float(r.value) for r in records)
+        elif len(marks) == 1:
+            marks.append(responses[0])
     c.close()
     ctl.results.send(lats)
+    ctl.results.send(marks[1] - marks[0] if len(marks) == 2 and responses[0] >= 0 else None)
 
 
 @dataclass
@@ -203,6 +230,7 @@ def run_mode(
     mp = multiprocessing.get_context("spawn")
     child = None
     lats: list[float] = []
+    fetches: int | None = None
     if mode.client != "none":
         parent_end, child_end = mp.Pipe(duplex=False)
         ctl = _Control(mp.Event(), mp.Event(), mp.Event(), child_end)
@@ -254,6 +282,7 @@ def run_mode(
             ctl.stop.set()
             if parent_end.poll(60):
                 lats = parent_end.recv()
+                fetches = parent_end.recv() if parent_end.poll(10) else None
             child.join(30)
             if child.is_alive():
                 child.kill()
@@ -268,6 +297,8 @@ def run_mode(
         f"producer {(me1 - me0) / secs:.2f}  consumer {(c1 - c0) / secs:.2f} cores  "
         f"latency p50 {q(0.5):.0f} p99 {q(0.99):.0f} ms  load {os.getloadavg()[0]:.1f}"
     )
+    if fetches is not None:
+        line += f"  fetches {fetches / secs:.0f}/s"
     return "\n".join([line, *frames])
 
 

@@ -24,7 +24,10 @@ What it showed on this 2-core machine (docs/kafka-notes.md "Fan-in: where the
 broker's CPU goes"): the broker's floor for producing 1,000 records/s to 1,000
 topics is ~0.1 core; one consumer with min bytes 1 (the router's old default) adds ~0.5; min bytes
 64 KiB with a 20 ms wait adds ~0.3 and halves the consumer's CPU; splitting the
-topics over more consumers does not help.
+topics over more consumers does not help.  kafka-python with incremental fetch
+sessions ("Fan-in with incremental fetch sessions (kafka-python)"): the broker's
+total does not fall (more, cheaper fetches), the consumer costs 2-4x librdkafka's,
+latency is the lowest.
 
 Example::
 

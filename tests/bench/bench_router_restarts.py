@@ -71,6 +71,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--down", type=float, nargs=2, default=(5.0, 14.0), metavar=("MIN", "MAX"))
     parser.add_argument("--timeout", type=float, default=90.0, help="give up a cycle after this")
     parser.add_argument("--bound", type=float, default=45.0, help="the chaos suite's bound")
+    parser.add_argument(
+        "--guarantee",
+        choices=("exactly-once", "at-least-once"),
+        default="exactly-once",
+        help="the router's --guarantee (default exactly-once, the router's default)",
+    )
     parser.add_argument("--client-debug", help="librdkafka debug contexts for the router")
     parser.add_argument("--workdir", help="keep logs and data here (default: a temp dir)")
     args = parser.parse_args(argv)
@@ -89,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(bootstrap=broker.bootstrap, prefix=PREFIX, events_partitions=PARTITIONS)
     ensure_worker_topics(settings)
     router_args = router_command(broker.bootstrap)
+    router_args += ["--guarantee", args.guarantee]
     if args.client_debug:
         router_args += ["--client-debug", args.client_debug]
     router_log = workdir / "router.log"

@@ -254,10 +254,17 @@ def router_config(args: argparse.Namespace) -> RouterConfig:
 
 
 def run(args: argparse.Namespace) -> int:
+    import faulthandler
     import signal
 
     from streams.router import Router
     from streams.settings import Settings
+
+    # A native abort inside librdkafka (seen once after a broker restart: an
+    # assertion in rd_kafka_enq_once_del_source_return) otherwise kills the process
+    # without a word; with this, stderr shows every Python thread's stack, i.e.
+    # which client call was under way.
+    faulthandler.enable()
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -184,9 +184,12 @@ def run(args: argparse.Namespace) -> int:
         print(f"trajectory worker: {exc}", file=sys.stderr)
         return 2
 
+    import faulthandler
     import gc
 
     from streams.worker.faust_app import create_app
+
+    faulthandler.enable()  # a native crash prints every thread's stack (see router.run)
 
     # The worker keeps tens of thousands of long-lived objects per session in
     # memory; CPython's default thresholds (700, 10, 10) then run long full (gen 2)

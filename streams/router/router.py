@@ -50,7 +50,10 @@ held 0 partitions and routed nothing), or one still unowned while this router
 holds no partition at all or after a forced rebalance, makes it replace its
 consumer instead (the new one takes over the static member and its assignment):
 :func:`plan_discovery`.  An offset commit answered ``FENCED_INSTANCE_ID`` replaces
-the consumer at once.  Announcements are only
+the consumer at once.  A consumer that holds partitions with records to route but
+consumes nothing (after a broker restart its committed-offset lookup never came
+back) is replaced too, after two idle ``STALL_CHECK_S`` checks: :func:`plan_stall`.
+Announcements are only
 a latency hint, so missing them for a few seconds loses nothing.  Partitions are
 assigned with ``cooperative-sticky``, so a new topic adds partitions without
 revoking (and interrupting the transaction on) the others.
@@ -179,6 +182,17 @@ MAX_CONSUMER_RESTARTS = 3
 #: ... within this many seconds (a long-running router sees one fencing per broker
 #: restart; only restarts in quick succession point at a duplicate instance id).
 CONSUMER_RESTART_WINDOW_S = 300.0
+#: A consumer that holds partitions but fetches nothing: after this many seconds
+#: without a consumed record the router compares, for its partitions (paused ones
+#: of ended sessions aside), the group's committed offsets and its own positions
+#: with the end offsets (one OffsetFetch through the admin client, one
+#: ListOffsets; see :func:`plan_stall`).  Partitions behind at two such checks in a
+#: row, with nothing consumed in between, mean the consumer stopped fetching: it is
+#: replaced (``_restart_consumer``).  Seen after a broker restart (at-least-once,
+#: ``tests/bench/bench_router_restarts.py --guarantee at-least-once``): a router
+#: held 460 partitions, kept taking new ones, consumed nothing and had not
+#: recovered by itself after 4 minutes.
+STALL_CHECK_S = 5.0
 #: Seconds between checks that every session topic is assigned to some router of
 #: the group (see ``_check_discovery``); a topic must be seen unassigned by two
 #: checks in a row before the router forces a rebalance, so the normal regex
@@ -414,6 +428,53 @@ def plan_discovery(
     return DiscoveryPlan(action, suspects, ghosts, stale, elsewhere)
 
 
+@dataclass(frozen=True)
+class StallPlan:
+    """What one stall check decided (:func:`plan_stall`).
+
+    ``behind``: partition -> (committed offset, this consumer's position, end
+    offset) for each partition with records the group has not committed and this
+    consumer has not read; remembered as ``suspects`` for the next check.
+    ``stale``: behind at this check and the previous one; ``restart``: replace the
+    consumer (``stale`` is not empty).
+    """
+
+    behind: Mapping[tuple[str, int], tuple[int, int, int]]
+    suspects: frozenset[tuple[str, int]]
+    stale: frozenset[tuple[str, int]]
+    restart: bool
+
+
+def plan_stall(
+    committed: Mapping[tuple[str, int], int],
+    positions: Mapping[tuple[str, int], int],
+    ends: Mapping[tuple[str, int], int],
+    previous: frozenset[tuple[str, int]],
+) -> StallPlan:
+    """Decide what a stall check does (pure; ``Router._check_stall`` acts).
+
+    Only called when no record was consumed for :data:`STALL_CHECK_S`.  A
+    partition is *behind* when its end offset is past the group's committed offset
+    (records nobody routed; a missing committed offset counts as 0, where
+    ``auto.offset.reset=earliest`` starts) **and** past this consumer's position
+    (it has not read them either; a position below 0 is librdkafka's "nothing
+    consumed here yet").  The second test keeps a router whose last offset commit
+    was refused (committed behind, position at the end: nothing left to read) from
+    being taken for a stalled one.  Invariant: ``restart`` only for partitions
+    behind at two checks in a row (one check may fall between an assignment and
+    its first fetch).
+    """
+    behind = {}
+    for key, end in ends.items():
+        done = max(committed.get(key, -1), 0)
+        pos = positions.get(key, -1)
+        if end > done and end > max(pos, 0):
+            behind[key] = (committed.get(key, -1), pos, end)
+    suspects = frozenset(behind)
+    stale = suspects & previous
+    return StallPlan(behind, suspects, stale, bool(stale))
+
+
 class Router:
     """Consume-validate-forward loop, exactly-once or at-least-once (module docstring).
 
@@ -540,6 +601,13 @@ class Router:
         self.resumed_total = 0
         self._control_dropped = False
         self._next_discovery = 0.0
+        #: monotonic time of the last consumed record (or of the consumer's start)
+        self._last_consumed_at = time.monotonic()
+        self._next_stall_check = 0.0
+        #: Partitions behind at the previous stall check (plan_stall).
+        self._stall_suspects: frozenset[tuple[str, int]] = frozenset()
+        #: Consumers replaced because they stopped fetching (tests, logs).
+        self.stall_restarts = 0
         #: Session topics no member of the group had at the previous discovery check.
         self._unassigned_before: frozenset[str] = frozenset()
         #: Rebalances forced because a session topic stayed unassigned (tests, logs).
@@ -1178,6 +1246,8 @@ class Router:
                     wait = min(0.1, max(0.0, wait))
                 first = consumer.poll(wait)
                 msgs = [] if first is None else [first]
+        if msgs:
+            self._last_consumed_at = time.monotonic()
         if self._rewind_due:
             # an abort inside a rebalance callback (_rewind_after_abort): what this
             # call returned lies past the aborted batch; it is read again
@@ -1223,6 +1293,8 @@ class Router:
             self._check_discovery(consumer)
         if self._paused and time.monotonic() >= self._next_paused_check:
             self._check_paused(consumer)
+        if self._assigned and time.monotonic() >= self._next_stall_check:
+            self._check_stall(consumer)
         if self._consumer_fenced is not None:
             raise _ConsumerFenced(self._consumer_fenced)
         return True
@@ -1525,6 +1597,78 @@ class Router:
                 len(resume),
                 resume[0].topic,
             )
+
+    def _check_stall(self, consumer: Consumer) -> None:
+        """Replace a consumer that holds partitions with records to route but has
+        consumed nothing for two checks in a row (:data:`STALL_CHECK_S`,
+        :func:`plan_stall`).
+
+        Nothing is asked of the broker while records keep coming.  The committed
+        offsets are read through the admin client, not this consumer: its own
+        coordinator requests may be what is stuck.  A check whose requests fail (the
+        broker is down) decides nothing and forgets the suspects: an outage is not a
+        stall of this consumer, and the next check starts afresh.
+        """
+        from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel
+
+        now = time.monotonic()
+        self._next_stall_check = now + STALL_CHECK_S
+        idle = now - self._last_consumed_at
+        active = [tp for tp in self._assigned if (tp.topic, tp.partition) not in self._paused]
+        if idle < STALL_CHECK_S or not active:
+            self._stall_suspects = frozenset()
+            return
+        assert self._admin is not None
+        group = self.config.resolved_group_id(self._prefix)
+        keys = [TopicPartition(tp.topic, tp.partition) for tp in active]
+        try:
+            end_futures = self._admin.list_offsets(
+                {tp: OffsetSpec.latest() for tp in keys},  # type: ignore[no-untyped-call]
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=CALL_TIMEOUT_S,
+            )
+            group_future = self._admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group, keys)], request_timeout=CALL_TIMEOUT_S
+            )[group]
+        except KafkaException as exc:
+            log.debug("stall check: offsets request failed: %s", exc)
+            self._stall_suspects = frozenset()
+            return
+        waited = [*end_futures.values(), group_future]
+        concurrent.futures.wait(waited, timeout=CALL_TIMEOUT_S + 1.0)
+        ends: dict[tuple[str, int], int] = {}
+        try:
+            for tp, fut in end_futures.items():
+                ends[(tp.topic, tp.partition)] = fut.result(timeout=0).offset
+            listed = group_future.result(timeout=0).topic_partitions or []
+        except Exception as exc:  # not answered in time, or an error: decide nothing
+            log.debug("stall check: offsets not read (%s)", exc)
+            self._stall_suspects = frozenset()
+            return
+        committed = {(tp.topic, tp.partition): tp.offset for tp in listed}
+        positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(active)}
+        plan = plan_stall(committed, positions, ends, self._stall_suspects)
+        self._stall_suspects = plan.suspects
+        if not plan.restart:
+            if plan.behind:
+                log.info(
+                    "stall check: nothing consumed for %.0f s, %d partition(s) behind "
+                    "(e.g. %s); replacing the consumer if still so at the next check",
+                    idle,
+                    len(plan.behind),
+                    sorted(plan.behind)[0],
+                )
+            return
+        (topic, partition) = sorted(plan.stale)[0]
+        done, pos, end = plan.behind[(topic, partition)]
+        self.stall_restarts += 1
+        self._restart_consumer(
+            f"consumer stalled: nothing consumed for {idle:.0f} s although "
+            f"{len(plan.stale)} assigned partition(s) have records to route (e.g. "
+            f"{topic}[{partition}]: committed {done}, position {pos}, end {end})"
+        )
+        self._last_consumed_at = time.monotonic()  # the new consumer's grace period
+        self._stall_suspects = frozenset()
 
     def _commit_offsets(self) -> None:
         """At-least-once: flush (every produced record acknowledged), then commit

@@ -263,3 +263,25 @@ def test_a_refusal_names_the_generation_and_member_its_offsets_were_sent_with() 
     assert "(offsets sent with generation 7, member chaos.router.0-abc" in refusal
     other = KafkaError(KafkaError._TIMED_OUT, "slow")
     assert Router._refusal(other, static) == str(other)  # only group errors add it
+
+
+def test_a_stall_is_partitions_behind_at_two_checks_in_a_row() -> None:
+    from streams.router.router import plan_stall
+
+    a, b, c, d = ("t.a", 0), ("t.b", 0), ("t.c", 0), ("t.d", 0)
+    committed = {a: 5, b: 7, d: 3}  # c: nothing committed yet (earliest: 0)
+    positions = {a: -1001, b: 7, c: -1001, d: 9}
+    ends = {a: 9, b: 7, c: 4, d: 9}
+    first = plan_stall(committed, positions, ends, frozenset())
+    # a: records past committed, not read; c: never committed, records there;
+    # b: caught up; d: committed behind (a refused commit) but read to the end
+    assert set(first.behind) == {a, c}
+    assert first.behind[a] == (5, -1001, 9) and first.behind[c] == (-1, -1001, 4)
+    assert not first.restart  # one check may fall between an assignment and its fetch
+    second = plan_stall(committed, positions, ends, first.suspects)
+    assert second.restart and second.stale == {a, c}
+    # caught up meanwhile: nothing to do, and nothing remembered
+    done = plan_stall({a: 9, c: 4}, positions, {a: 9, c: 4}, first.suspects)
+    assert not done.restart and done.suspects == frozenset()
+    # an empty partition with no committed offset is not behind
+    assert plan_stall({}, {}, {c: 0}, frozenset({c})).behind == {}

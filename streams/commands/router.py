@@ -120,8 +120,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=os.environ.get(GUARANTEE_ENV) or "exactly-once",
         help=f"exactly-once (default; ${GUARANTEE_ENV} overrides it): transactions, "
         "downstream read_committed consumers see nothing twice, latency >= batch window (or "
-        "--batch-idle-ms once caught up) + commit round trips. at-least-once: lowest latency, a crash can repeat up to one "
-        "commit interval of events (the worker's seq dedupe keeps its state exact; repeated "
+        "--batch-idle-ms once caught up) + commit round trips. at-least-once: lowest latency, "
+        "a crash can repeat up to one commit interval of events (the worker's seq dedupe keeps its state exact; repeated "
         "outputs are identifiable duplicates). See above",
     )
     parser.add_argument(

@@ -121,8 +121,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"exactly-once (default; ${GUARANTEE_ENV} overrides it): transactions, "
         "downstream read_committed consumers see nothing twice, latency >= batch window (or "
         "--batch-idle-ms once caught up) + commit round trips. at-least-once: lowest latency, "
-        "a crash can repeat up to one commit interval of events (the worker's seq dedupe keeps its state exact; repeated "
-        "outputs are identifiable duplicates). See above",
+        "a crash can repeat up to one commit interval of events (the worker's seq dedupe "
+        "keeps its state exact; repeated outputs are identifiable duplicates). See above",
     )
     parser.add_argument(
         "--batch-size",

@@ -91,7 +91,11 @@ class RouterConfig:
     #: at most one commit per ``batch_idle_ms`` + the commit's own round trips.
     #: 0: off (every transaction stays open for the whole window unless it fills).
     #: >= ``batch_max_ms``: the window closes first, same as off.  At-least-once
-    #: holds nothing back, so this has no effect there.
+    #: holds nothing back, so this has no effect there.  10: at 1,000 events/s over
+    #: 1,000 topics a transaction commits ~20 ms after its first message instead of
+    #: ~115 (default window), p99 publish -> assessment 168-179 vs 293-327 ms, CPU
+    #: per event unchanged; 2 commits 1.7x as often for no gain, 40 closes later for
+    #: no fewer commits (docs/kafka-notes.md "Router: close a caught-up transaction").
     batch_idle_ms: int = 10
     #: Producer ``linger.ms``; None: 5 for exactly-once (visibility waits for the
     #: commit anyway), 1 for at-least-once (every ms is added latency; 0 costs

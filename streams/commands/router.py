@@ -119,10 +119,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         choices=_GUARANTEES,
         default=os.environ.get(GUARANTEE_ENV) or "exactly-once",
         help=f"exactly-once (default; ${GUARANTEE_ENV} overrides it): transactions, "
-        "downstream read_committed consumers see nothing twice, latency >= batch window + "
-        "commit round trips. at-least-once: lowest latency, a crash can repeat up to one "
-        "commit interval of events (the worker's seq dedupe keeps its state exact; repeated "
-        "outputs are identifiable duplicates). See above",
+        "downstream read_committed consumers see nothing twice, latency >= batch window (or "
+        "--batch-idle-ms once caught up) + commit round trips. at-least-once: lowest latency, "
+        "a crash can repeat up to one commit interval of events (the worker's seq dedupe "
+        "keeps its state exact; repeated outputs are identifiable duplicates). See above",
     )
     parser.add_argument(
         "--batch-size",
@@ -138,6 +138,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="... or after it has been open this many ms (default %(default)s). Exactly-once: "
         "bounds the added latency. At-least-once: the offset commit interval, adds no "
         "latency, bounds what a crash repeats",
+    )
+    parser.add_argument(
+        "--batch-idle-ms",
+        type=int,
+        default=defaults.batch_idle_ms,
+        help="exactly-once: commit a transaction before --batch-ms once the router has caught "
+        "up (nothing more fetched) and it is at least this many ms old (default %(default)s; "
+        "0: off, every transaction waits out --batch-ms). Lower: events visible sooner; "
+        "with --fetch-min-bytes 1 fetches come every few ms, so up to one commit (broker "
+        "round trips, CPU) per this many ms plus the commit time",
     )
     parser.add_argument(
         "--commit-in-background",
@@ -242,6 +252,7 @@ def router_config(args: argparse.Namespace) -> RouterConfig:
         linger_ms=args.linger_ms,
         batch_max_messages=args.batch_size,
         batch_max_ms=args.batch_ms,
+        batch_idle_ms=args.batch_idle_ms,
         commit_in_background=args.commit_in_background,
         metadata_refresh_ms=args.refresh_ms,
         fetch_wait_max_ms=args.fetch_wait_ms,

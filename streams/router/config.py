@@ -4,7 +4,8 @@ Processing guarantee (``guarantee``, like Kafka Streams' ``processing.guarantee`
 
 * ``"exactly-once"`` (default): Kafka transactions.  Read_committed consumers of
   ``<prefix>.events`` see each event once, but only when its transaction commits:
-  latency >= the batch window (``batch_max_ms``, while messages keep arriving)
+  latency >= the batch window (``batch_max_ms``, while messages keep arriving;
+  a caught-up transaction closes after ``batch_idle_ms``)
   plus ``send_offsets_to_transaction`` + ``commit_transaction`` round trips, which
   block the loop (or run in a helper thread while it reads the next batch:
   ``commit_in_background``).
@@ -80,6 +81,22 @@ class RouterConfig:
     #: added latency.  At-least-once: adds no latency (messages are not held back);
     #: bounds what a crash makes the restarted router route again.
     batch_max_ms: int = 100
+    #: Exactly-once: commit the open transaction before ``batch_max_ms`` once the
+    #: router has caught up (the consumer has nothing more queued: a non-blocking
+    #: consume returned fewer messages than it asked for) and the transaction is at
+    #: least this many ms old.  Under a trickle the next fetch response cannot come
+    #: sooner than the broker answers (``fetch_wait_max_ms``), so waiting out the
+    #: window only delays what is already routed.  The minimum age bounds the
+    #: commit rate when fetch responses come every few ms (``fetch_min_bytes`` 1):
+    #: at most one commit per ``batch_idle_ms`` + the commit's own round trips.
+    #: 0: off (every transaction stays open for the whole window unless it fills).
+    #: >= ``batch_max_ms``: the window closes first, same as off.  At-least-once
+    #: holds nothing back, so this has no effect there.  10: at 1,000 events/s over
+    #: 1,000 topics a transaction commits ~20 ms after its first message instead of
+    #: ~115 (default window), p99 publish -> assessment 168-179 vs 293-327 ms, CPU
+    #: per event unchanged; 2 commits 1.7x as often for no gain, 40 closes later for
+    #: no fewer commits (docs/kafka-notes.md "Router: close a caught-up transaction").
+    batch_idle_ms: int = 10
     #: Producer ``linger.ms``; None: 5 for exactly-once (visibility waits for the
     #: commit anyway), 1 for at-least-once (every ms is added latency; 0 costs
     #: throughput under a backlog, see DEFAULT_LINGER_MS).
@@ -180,6 +197,16 @@ class RouterConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(name, f"{value!r}: must be an integer >= 1")
+        if (
+            isinstance(self.batch_idle_ms, bool)
+            or not isinstance(self.batch_idle_ms, int)
+            or self.batch_idle_ms < 0
+        ):
+            raise ConfigError(
+                "batch_idle_ms",
+                f"{self.batch_idle_ms!r}: must be an integer >= 0 (ms; 0 turns closing "
+                "caught-up transactions early off)",
+            )
         if self.replication_factor == 0 or self.replication_factor < -1:
             raise ConfigError("replication_factor", "use -1 (broker default) or >= 1")
         if (
@@ -220,6 +247,22 @@ class RouterConfig:
         """Commit now (the transaction, or the offsets)? (size or age bound reached)."""
         return messages_in_txn >= self.batch_max_messages or (
             messages_in_txn > 0 and txn_age_ms >= self.batch_max_ms
+        )
+
+    def should_close_idle(self, messages_in_txn: int, txn_age_ms: float, caught_up: bool) -> bool:
+        """Exactly-once: commit a not yet full transaction early, because nothing else is there?
+
+        True when ``batch_idle_ms`` is on, the consumer has nothing more queued
+        (``caught_up``), the transaction holds messages and is at least
+        ``batch_idle_ms`` old.  Independent of :meth:`should_commit` (either closes
+        the batch); never true at-least-once, which holds no message back.
+        """
+        return (
+            self.exactly_once
+            and self.batch_idle_ms > 0
+            and caught_up
+            and messages_in_txn > 0
+            and txn_age_ms >= self.batch_idle_ms
         )
 
 

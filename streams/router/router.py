@@ -563,6 +563,7 @@ class Router:
         self._dlq = 0
         self._announcements = 0
         self._transactions = 0
+        self._idle_closes = 0
         self._aborts = 0
         self._aborted_msgs = 0
         self._rebalances = 0
@@ -1220,7 +1221,30 @@ class Router:
         if deadline is not None and now >= deadline:
             return False
         room = max(1, min(1000, cfg.batch_max_messages - self._txn_msgs))
-        if self._in_txn and self._exactly_once:
+        # True when this round drained what the consumer had queued (a non-blocking
+        # consume returned fewer than asked): exactly-once may then close the open
+        # transaction early (RouterConfig.should_close_idle).
+        caught_up = False
+        if self._in_txn and self._exactly_once and cfg.batch_idle_ms and self._txn_msgs:
+            # batching, but not past the point of being caught up: take what is there;
+            # nothing there -> wait (for the first message only) until the minimum
+            # age, and commit then if still nothing came (the next fetch response
+            # cannot come sooner than the broker answers, fetch.wait.max.ms).
+            msgs = consumer.consume(num_messages=room, timeout=0)
+            caught_up = len(msgs) < room
+            age = now - self._txn_started
+            if not msgs and (age < cfg.batch_idle_ms / 1000.0 or self._inflight is not None):
+                wait = min(cfg.batch_idle_ms, cfg.batch_max_ms) / 1000.0 - age
+                if self._inflight is not None:
+                    # the predecessor's commit runs: short slices (as below); this
+                    # one cannot start before it settled anyway
+                    wait = max(0.0, cfg.batch_max_ms / 1000.0 - age)
+                    wait = min(wait, 0.005)
+                first = consumer.poll(max(0.0, wait))
+                msgs = [] if first is None else [first]
+                # one message: the rest of its fetch response may be queued behind it
+                caught_up = first is None
+        elif self._in_txn and self._exactly_once:
             # batching: consume() waits for `room` messages or the batch window
             # (nothing is visible before the commit anyway)
             wait = max(0.0, cfg.batch_max_ms / 1000.0 - (now - self._txn_started))
@@ -1254,6 +1278,7 @@ class Router:
             self._rewind_due = False
             self._seek_back(msgs)
             msgs = []
+            caught_up = False
         if self.metrics is not None:
             self.metrics.maybe_sample(consumer, self._assigned)
         try:
@@ -1271,9 +1296,15 @@ class Router:
             assert self._producer is not None
             self._producer.poll(0)
             self._raise_on_delivery_errors()
-        if self._in_txn and cfg.should_commit(
-            self._txn_msgs, (time.monotonic() - self._txn_started) * 1000.0
+        age_ms = (time.monotonic() - self._txn_started) * 1000.0
+        if self._in_txn and (
+            cfg.should_commit(self._txn_msgs, age_ms)
+            # caught up early: only once the predecessor's background commit has
+            # settled (one transaction at a time; _start_commit would block on it)
+            or (self._inflight is None and cfg.should_close_idle(self._txn_msgs, age_ms, caught_up))
         ):
+            if caught_up and not cfg.should_commit(self._txn_msgs, age_ms):
+                self._idle_closes += 1
             if self._background:
                 self._start_commit()
             else:
@@ -1311,6 +1342,7 @@ class Router:
             commit_s=self._commit_s,
             offset_commits=self._offset_commits,
             failed_commits=self._failed_commits,
+            idle_closes=self._idle_closes,
             at_s=time.monotonic() - self._t0,
         )
 

@@ -37,6 +37,9 @@ class RouterStats:
     #: a rebalance; the messages were delivered, a restart would route them again).
     offset_commits: int = 0
     failed_commits: int = 0
+    #: Exactly-once: transactions closed before their window because the router had
+    #: caught up (``RouterConfig.batch_idle_ms``); counted when the commit starts.
+    idle_closes: int = 0
     at_s: float = 0.0
 
 

@@ -35,7 +35,7 @@ PER_SESSION = 500
 
 
 def start_router(
-    settings: Settings, log_path: Path, batch_size: int, batch_ms: int
+    settings: Settings, log_path: Path, batch_size: int, batch_ms: int, batch_idle_ms: int = 10
 ) -> subprocess.Popen[bytes]:
     return spawn_router(
         settings,
@@ -44,6 +44,8 @@ def start_router(
         str(batch_size),
         "--batch-ms",
         str(batch_ms),
+        "--batch-idle-ms",
+        str(batch_idle_ms),
         "--status-every",
         "1",
         partitions=3,
@@ -105,9 +107,10 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
     log_path = tmp_path / "router.log"
     committed = EventsReader(settings, "read_committed")
     uncommitted = EventsReader(settings, "read_uncommitted")
-    # The first router holds each transaction open for 1.5 s, so the kill below
-    # lands inside one for sure (its records are already on the broker).
-    router = start_router(settings, log_path, batch_size=100_000, batch_ms=1500)
+    # The first router holds each transaction open for 1.5 s (--batch-idle-ms 0: also
+    # when it has caught up), so the kill below lands inside one for sure (its records
+    # are already on the broker).
+    router = start_router(settings, log_path, batch_size=100_000, batch_ms=1500, batch_idle_ms=0)
     pub.start()
     try:
         # Let it commit some transactions, then kill it hard while one is open.

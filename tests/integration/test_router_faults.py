@@ -328,7 +328,11 @@ def test_bug_in_decoder_stops_router_and_loses_nothing(
                 raise RuntimeError("decoder bug on seq 30")
             return ev
 
-    config = RouterConfig(batch_max_messages=1000, batch_max_ms=5000, status_interval_s=0)
+    # one open transaction until the bug (batch_idle_ms=0: not closed early should the
+    # 60 events arrive in two fetch responses)
+    config = RouterConfig(
+        batch_max_messages=1000, batch_max_ms=5000, batch_idle_ms=0, status_interval_s=0
+    )
     router = Router(settings, config, decoder=Buggy())
     router.start()
     try:

@@ -392,7 +392,8 @@ def test_at_least_once_start_aborts_a_killed_exactly_once_routers_transaction(
         producer.produce(settings.session_topic("sw"), encoded("sw", seq), b"sw")
     assert producer.flush(30) == 0
     log_path = tmp_path / "router.log"
-    # exactly-once with a transaction that stays open (nothing commits for 100 s)
+    # exactly-once with a transaction that stays open (nothing commits for 100 s;
+    # --batch-idle-ms 0: not even once it has caught up with the 200 events)
     router = start_router(
         settings,
         log_path,
@@ -400,6 +401,8 @@ def test_at_least_once_start_aborts_a_killed_exactly_once_routers_transaction(
         "100000",
         "--batch-size",
         "1000000",
+        "--batch-idle-ms",
+        "0",
         guarantee="exactly-once",
     )
     uncommitted = Reader(settings, settings.events_topic, "read_uncommitted")

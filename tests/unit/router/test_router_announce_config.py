@@ -80,6 +80,9 @@ def test_config_defaults_and_derivation() -> None:
     [
         ({"batch_max_messages": 0}, "batch_max_messages"),
         ({"batch_max_ms": -1}, "batch_max_ms"),
+        ({"batch_idle_ms": -1}, "batch_idle_ms"),
+        ({"batch_idle_ms": True}, "batch_idle_ms"),
+        ({"batch_idle_ms": 2.5}, "batch_idle_ms"),
         ({"metadata_refresh_ms": True}, "metadata_refresh_ms"),
         ({"fetch_min_bytes": 0}, "fetch_min_bytes"),
         ({"fetch_wait_max_ms": 0}, "fetch_wait_max_ms"),
@@ -100,6 +103,24 @@ def test_should_commit_by_size_and_age() -> None:
     assert not c.should_commit(9, 99)
     assert c.should_commit(10, 0)
     assert c.should_commit(1, 100)
+
+
+def test_should_close_idle_when_caught_up_and_old_enough() -> None:
+    """A caught-up transaction closes at batch_idle_ms, not at the window (batch_max_ms)."""
+    c = RouterConfig(batch_max_ms=2000, batch_idle_ms=10)
+    assert c.should_close_idle(1, 10, caught_up=True)
+    assert c.should_close_idle(5, 1999, caught_up=True)
+    assert not c.should_commit(5, 1999)  # the window alone would still wait
+    assert not c.should_close_idle(5, 9.9, caught_up=True)  # younger than the minimum age
+    assert not c.should_close_idle(5, 1999, caught_up=False)  # more is queued: keep filling
+    assert not c.should_close_idle(0, 1999, caught_up=True)  # nothing to commit
+
+
+def test_should_close_idle_off() -> None:
+    assert not RouterConfig(batch_idle_ms=0).should_close_idle(5, 99, caught_up=True)
+    # at-least-once holds nothing back: offsets keep their own interval
+    alo = RouterConfig(guarantee="at-least-once", batch_idle_ms=10)
+    assert not alo.should_close_idle(5, 99, caught_up=True)
 
 
 def test_format_status_rates() -> None:

@@ -16,7 +16,13 @@ def _config(*argv: str) -> RouterConfig:
 
 def test_defaults_are_the_config_defaults() -> None:
     got, want = _config(), RouterConfig()
-    for name in ("batch_max_messages", "batch_max_ms", "commit_in_background", "paused_check_s"):
+    for name in (
+        "batch_max_messages",
+        "batch_max_ms",
+        "batch_idle_ms",
+        "commit_in_background",
+        "paused_check_s",
+    ):
         assert getattr(got, name) == getattr(want, name), name
     assert got.commit_in_background is False
 
@@ -25,3 +31,8 @@ def test_commit_in_background_and_batch_flags_reach_the_config() -> None:
     got = _config("--commit-in-background", "--batch-size", "500", "--batch-ms", "50")
     assert got.commit_in_background is True
     assert (got.batch_max_messages, got.batch_max_ms) == (500, 50)
+
+
+def test_batch_idle_flag_reaches_the_config() -> None:
+    assert _config("--batch-idle-ms", "0").batch_idle_ms == 0
+    assert _config("--batch-idle-ms", "25").batch_idle_ms == 25

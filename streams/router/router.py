@@ -609,6 +609,8 @@ class Router:
         self._stall_suspects: frozenset[tuple[str, int]] = frozenset()
         #: Consumers replaced because they stopped fetching (tests, logs).
         self.stall_restarts = 0
+        #: Admin clients replaced after a failed or unanswered operation (_renew_admin).
+        self.admin_renewals = 0
         #: Session topics no member of the group had at the previous discovery check.
         self._unassigned_before: frozenset[str] = frozenset()
         #: Rebalances forced because a session topic stayed unassigned (tests, logs).
@@ -708,16 +710,7 @@ class Router:
             self._abort_leftover_transaction(instance_id)
             self._producer = Producer(producer_conf)
         self._consumer = Consumer(consumer_conf)
-        self._admin = AdminClient(
-            {
-                "bootstrap.servers": self.settings.bootstrap,
-                **{
-                    k: v
-                    for k, v in self._extra_consumer.items()
-                    if k.startswith(("security.", "sasl.", "ssl."))
-                },
-            }
-        )
+        self._admin = self._new_admin()
         subscription = [self.settings.session_topic_regex, self._control_topic]
         self._subscription = subscription
         self._subscribe()
@@ -751,6 +744,45 @@ class Router:
                 raise _ConsumerFenced(f"subscribe: {exc.args[0]}") from exc
             raise
 
+    def _new_admin(self) -> AdminClient:
+        return AdminClient(
+            {
+                "bootstrap.servers": self.settings.bootstrap,
+                **{
+                    k: v
+                    for k, v in self._extra_consumer.items()
+                    if k.startswith(("security.", "sasl.", "ssl."))
+                },
+            }
+        )
+
+    def _renew_admin(self, why: str) -> None:
+        """Replace the admin client after one of its operations failed or went
+        unanswered; the old one is freed here, in this thread.
+
+        Why: librdkafka 2.16 can abort the process (``rd_kafka_enq_once_del_source_return:
+        Assertion 'eonce->refcnt > 0' failed``) when an admin operation timed out and
+        its request is later answered or times out on its connection
+        (librdkafka#4605, #3663; its reporters' workaround is new clients).  Seen here
+        three times during broker outages, the last one (with faulthandler) inside
+        the paused-partition check's ListOffsets.  So the discovery, paused and stall
+        checks also ask the admin client nothing while the cluster cannot be reached
+        (:meth:`_cluster_reachable`).
+        """
+        log.info("%s: replacing the admin client (librdkafka#4605)", why)
+        self.admin_renewals += 1
+        self._admin = self._new_admin()
+
+    def _cluster_reachable(self, consumer: Consumer) -> bool:
+        """One metadata request for the control topic: the periodic checks ask the
+        admin client nothing while the cluster cannot be reached (:meth:`_renew_admin`)."""
+        try:
+            consumer.list_topics(self._control_topic, timeout=CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            log.debug("cluster not reachable (%s): admin requests put off", exc)
+            return False
+        return True
+
     def _group_owners(self) -> dict[str, Owner] | None:
         """Topic -> the member of the router group it is assigned to (None: the
         group description failed now; logged, and checked again next time)."""
@@ -767,6 +799,7 @@ class Router:
                 exc,
                 DISCOVERY_CHECK_S,
             )
+            self._renew_admin("describe_consumer_groups failed")
             return None
         owners: dict[str, Owner] = {}
         for member in desc.members or ():
@@ -1594,6 +1627,8 @@ class Router:
         from confluent_kafka import IsolationLevel
 
         self._next_paused_check = time.monotonic() + self.config.paused_check_s
+        if not self._cluster_reachable(consumer):
+            return
         assert self._admin is not None
         asked = dict(self._paused)
         try:
@@ -1604,21 +1639,27 @@ class Router:
             )
         except KafkaException as exc:
             log.debug("list_offsets for paused partitions failed: %s", exc)
+            self._renew_admin("list_offsets for paused partitions failed")
             return
         # one bounded wait for the whole request (never one timeout per partition)
         concurrent.futures.wait(futures.values(), timeout=CALL_TIMEOUT_S + 1.0)
         resume: list[TopicPartition] = []
+        unanswered = 0
         for tp, fut in futures.items():
             key = (tp.topic, tp.partition)
             if not fut.done():
+                unanswered += 1
                 continue  # asked again at the next check
             try:
                 end = fut.result().offset
             except Exception as exc:  # e.g. the topic was deleted: asked again next time
                 log.debug("end offset of paused %s[%d]: %s", tp.topic, tp.partition, exc)
+                unanswered += 1
                 continue
             if key in self._paused and end > asked[key]:
                 resume.append(TopicPartition(tp.topic, tp.partition))
+        if unanswered:
+            self._renew_admin(f"list_offsets: {unanswered} paused partition(s) not answered")
         if resume:
             consumer.resume(resume)
             for tp in resume:
@@ -1647,7 +1688,7 @@ class Router:
         self._next_stall_check = now + STALL_CHECK_S
         idle = now - self._last_consumed_at
         active = [tp for tp in self._assigned if (tp.topic, tp.partition) not in self._paused]
-        if idle < STALL_CHECK_S or not active:
+        if idle < STALL_CHECK_S or not active or not self._cluster_reachable(consumer):
             self._stall_suspects = frozenset()
             return
         assert self._admin is not None
@@ -1665,6 +1706,7 @@ class Router:
         except KafkaException as exc:
             log.debug("stall check: offsets request failed: %s", exc)
             self._stall_suspects = frozenset()
+            self._renew_admin("stall check: offsets request failed")
             return
         waited = [*end_futures.values(), group_future]
         concurrent.futures.wait(waited, timeout=CALL_TIMEOUT_S + 1.0)
@@ -1676,6 +1718,7 @@ class Router:
         except Exception as exc:  # not answered in time, or an error: decide nothing
             log.debug("stall check: offsets not read (%s)", exc)
             self._stall_suspects = frozenset()
+            self._renew_admin("stall check: offsets not read")
             return
         committed = {(tp.topic, tp.partition): tp.offset for tp in listed}
         positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(active)}

@@ -609,8 +609,6 @@ class Router:
         self._stall_suspects: frozenset[tuple[str, int]] = frozenset()
         #: Consumers replaced because they stopped fetching (tests, logs).
         self.stall_restarts = 0
-        #: Admin clients replaced after a failed or unanswered operation (_renew_admin).
-        self.admin_renewals = 0
         #: Session topics no member of the group had at the previous discovery check.
         self._unassigned_before: frozenset[str] = frozenset()
         #: Rebalances forced because a session topic stayed unassigned (tests, logs).
@@ -756,26 +754,19 @@ class Router:
             }
         )
 
-    def _renew_admin(self, why: str) -> None:
-        """Replace the admin client after one of its operations failed or went
-        unanswered; the old one is freed here, in this thread.
+    def _cluster_reachable(self, consumer: Consumer) -> bool:
+        """One metadata request for the control topic, made before the periodic
+        checks' admin requests: they are not made while the cluster cannot be reached.
 
         Why: librdkafka 2.16 can abort the process (``rd_kafka_enq_once_del_source_return:
-        Assertion 'eonce->refcnt > 0' failed``) when an admin operation timed out and
-        its request is later answered or times out on its connection
-        (librdkafka#4605, #3663; its reporters' workaround is new clients).  Seen here
-        three times during broker outages, the last one (with faulthandler) inside
-        the paused-partition check's ListOffsets.  So the discovery, paused and stall
-        checks also ask the admin client nothing while the cluster cannot be reached
-        (:meth:`_cluster_reachable`).
+        Assertion 'eonce->refcnt > 0' failed``) when an admin operation times out and
+        its request is answered or times out later (librdkafka#4605, #3663).  Seen
+        here during broker outages, once (with faulthandler) inside the paused
+        partition check's ListOffsets.  Replacing the admin client after a failed
+        operation (its reporters' workaround) was tried and dropped: a router then
+        died of SIGSEGV right after a broker restart, plausibly from freeing a client
+        with an operation still in flight.
         """
-        log.info("%s: replacing the admin client (librdkafka#4605)", why)
-        self.admin_renewals += 1
-        self._admin = self._new_admin()
-
-    def _cluster_reachable(self, consumer: Consumer) -> bool:
-        """One metadata request for the control topic: the periodic checks ask the
-        admin client nothing while the cluster cannot be reached (:meth:`_renew_admin`)."""
         try:
             consumer.list_topics(self._control_topic, timeout=CALL_TIMEOUT_S)
         except KafkaException as exc:
@@ -799,7 +790,6 @@ class Router:
                 exc,
                 DISCOVERY_CHECK_S,
             )
-            self._renew_admin("describe_consumer_groups failed")
             return None
         owners: dict[str, Owner] = {}
         for member in desc.members or ():
@@ -1639,27 +1629,21 @@ class Router:
             )
         except KafkaException as exc:
             log.debug("list_offsets for paused partitions failed: %s", exc)
-            self._renew_admin("list_offsets for paused partitions failed")
             return
         # one bounded wait for the whole request (never one timeout per partition)
         concurrent.futures.wait(futures.values(), timeout=CALL_TIMEOUT_S + 1.0)
         resume: list[TopicPartition] = []
-        unanswered = 0
         for tp, fut in futures.items():
             key = (tp.topic, tp.partition)
             if not fut.done():
-                unanswered += 1
                 continue  # asked again at the next check
             try:
                 end = fut.result().offset
             except Exception as exc:  # e.g. the topic was deleted: asked again next time
                 log.debug("end offset of paused %s[%d]: %s", tp.topic, tp.partition, exc)
-                unanswered += 1
                 continue
             if key in self._paused and end > asked[key]:
                 resume.append(TopicPartition(tp.topic, tp.partition))
-        if unanswered:
-            self._renew_admin(f"list_offsets: {unanswered} paused partition(s) not answered")
         if resume:
             consumer.resume(resume)
             for tp in resume:
@@ -1706,7 +1690,6 @@ class Router:
         except KafkaException as exc:
             log.debug("stall check: offsets request failed: %s", exc)
             self._stall_suspects = frozenset()
-            self._renew_admin("stall check: offsets request failed")
             return
         waited = [*end_futures.values(), group_future]
         concurrent.futures.wait(waited, timeout=CALL_TIMEOUT_S + 1.0)
@@ -1718,7 +1701,6 @@ class Router:
         except Exception as exc:  # not answered in time, or an error: decide nothing
             log.debug("stall check: offsets not read (%s)", exc)
             self._stall_suspects = frozenset()
-            self._renew_admin("stall check: offsets not read")
             return
         committed = {(tp.topic, tp.partition): tp.offset for tp in listed}
         positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(active)}

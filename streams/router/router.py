@@ -193,6 +193,14 @@ CONSUMER_RESTART_WINDOW_S = 300.0
 #: held 460 partitions, kept taking new ones, consumed nothing and had not
 #: recovered by itself after 4 minutes.
 STALL_CHECK_S = 5.0
+#: Discovery checks in a row (``DISCOVERY_CHECK_S`` apart) whose metadata request
+#: through the consumer fails while the admin client's succeeds: the consumer's
+#: own connections are broken, and it is replaced.  Seen after a broker restart in
+#: a loaded CI run: the consumer lost its partitions to the session timeout, then
+#: every metadata request it made failed with "Broker transport failure" for 2
+#: minutes while the broker served everyone else; with no partitions the stall
+#: check had nothing to look at, and nothing was routed.
+CUT_OFF_CHECKS = 3
 #: Seconds between checks that every session topic is assigned to some router of
 #: the group (see ``_check_discovery``); a topic must be seen unassigned by two
 #: checks in a row before the router forces a rebalance, so the normal regex
@@ -609,6 +617,10 @@ class Router:
         self._stall_suspects: frozenset[tuple[str, int]] = frozenset()
         #: Consumers replaced because they stopped fetching (tests, logs).
         self.stall_restarts = 0
+        #: Discovery checks in a row whose metadata request through the consumer failed.
+        self._metadata_failures = 0
+        #: Consumers replaced because only they could not reach the cluster (CUT_OFF_CHECKS).
+        self.cut_off_restarts = 0
         #: Session topics no member of the group had at the previous discovery check.
         self._unassigned_before: frozenset[str] = frozenset()
         #: Rebalances forced because a session topic stayed unassigned (tests, logs).
@@ -754,6 +766,16 @@ class Router:
             }
         )
 
+    def _admin_reaches_cluster(self) -> bool:
+        """One metadata request through the admin client (its own connections)."""
+        assert self._admin is not None
+        try:
+            self._admin.list_topics(self._control_topic, timeout=CALL_TIMEOUT_S)
+        except KafkaException as exc:
+            log.debug("admin client does not reach the cluster either: %s", exc)
+            return False
+        return True
+
     def _cluster_reachable(self, consumer: Consumer) -> bool:
         """One metadata request for the control topic, made before the periodic
         checks' admin requests: they are not made while the cluster cannot be reached.
@@ -816,8 +838,22 @@ class Router:
         try:
             md = consumer.list_topics(timeout=2.0)
         except KafkaException as exc:
+            self._metadata_failures += 1
+            if self._metadata_failures >= CUT_OFF_CHECKS and self._admin_reaches_cluster():
+                # the cluster answers another client: this consumer's connections are
+                # what is broken (seen after a broker restart: 2 minutes of
+                # "Broker transport failure", 0 partitions, nothing routed)
+                self._metadata_failures = 0
+                self.cut_off_restarts += 1
+                self._restart_consumer(
+                    f"the consumer's metadata requests failed at {CUT_OFF_CHECKS} discovery "
+                    f"checks in a row (last: {exc.args[0]}) while the admin client reaches "
+                    "the cluster"
+                )
+                return
             log.info("discovery check: cluster metadata failed (%s); checking again", exc)
             return
+        self._metadata_failures = 0
         missing = frozenset(
             name
             for name, meta in md.topics.items()

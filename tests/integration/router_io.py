@@ -8,6 +8,36 @@ from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
+from streams.core.events import TraceEvent
+from streams.serde import EventSerde
+
+_SERDE = EventSerde()
+
+
+def tool_event(sid: str, seq: int, etype: str = "tool_call") -> bytes:
+    """A valid encoded event ``seq`` of session ``sid`` (a ``bash`` tool call unless
+    ``etype`` says otherwise): what the router tests publish."""
+    return _SERDE.encode(
+        TraceEvent(
+            type=etype,  # type: ignore[arg-type]
+            session_id=sid,
+            seq=seq,
+            timestamp_ms=1_700_000_000_000 + seq,
+            tool_name="bash",
+            call_id=f"c{seq}",
+            input={"cmd": f"ls {seq}"},
+        )
+    )
+
+
+def wait_until(what: str, cond: Any, timeout_s: float = 30.0) -> float:
+    """Seconds until ``cond()`` holds; fails the test naming ``what`` after ``timeout_s``."""
+    start = time.monotonic()
+    while not cond():
+        assert time.monotonic() - start < timeout_s, f"{what}: not within {timeout_s} s"
+        time.sleep(0.02)
+    return time.monotonic() - start
+
 
 def publish(
     bootstrap: str, items: list[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]]

@@ -19,9 +19,8 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
-from router_io import publish, read_topic
+from router_io import publish, read_topic, tool_event
 
-from streams.core.events import TraceEvent
 from streams.router import Router, RouterConfig
 from streams.router import router as router_mod
 from streams.serde import EventSerde
@@ -89,20 +88,6 @@ class _Witness(Router):
         super()._on_revoke(consumer, partitions)
 
 
-def _event(sid: str, seq: int) -> bytes:
-    return SERDE.encode(
-        TraceEvent(
-            type="tool_call",
-            session_id=sid,
-            seq=seq,
-            timestamp_ms=1_700_000_000_000 + seq,
-            tool_name="bash",
-            call_id=f"c{seq}",
-            input={"cmd": f"ls {seq}"},
-        )
-    )
-
-
 def _backlog(
     settings: Settings, create_topics: Any, sessions: int, per: int
 ) -> set[tuple[str, int]]:
@@ -110,7 +95,7 @@ def _backlog(
     create_topics(*(settings.session_topic(s) for s in sids))
     create_topics(settings.control_topic)
     items: list[tuple[str, bytes | None, bytes, list[tuple[str, bytes]] | None]] = [
-        (settings.session_topic(sid), sid.encode(), _event(sid, seq), None)
+        (settings.session_topic(sid), sid.encode(), tool_event(sid, seq), None)
         for seq in range(per)
         for sid in sids
     ]

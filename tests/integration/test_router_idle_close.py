@@ -20,9 +20,8 @@ import time
 from typing import Any
 
 import pytest
-from router_io import publish, read_topic
+from router_io import publish, read_topic, tool_event
 
-from streams.core.events import TraceEvent
 from streams.router import Router, RouterConfig
 from streams.serde import EventSerde
 from streams.settings import Settings
@@ -34,20 +33,6 @@ N = 8
 GAP_S = 0.2
 #: Far longer than the trickle's gaps: only the idle rule can close a batch early.
 WINDOW_MS = 2000
-
-
-def _event(sid: str, seq: int) -> bytes:
-    return SERDE.encode(
-        TraceEvent(
-            type="tool_call",
-            session_id=sid,
-            seq=seq,
-            timestamp_ms=1_700_000_000_000 + seq,
-            tool_name="bash",
-            call_id=f"c{seq}",
-            input={"cmd": f"ls {seq}"},
-        )
-    )
 
 
 def _trickle(settings: Settings, create_topics: Any, cfg: RouterConfig) -> Router:
@@ -70,7 +55,7 @@ def _trickle(settings: Settings, create_topics: Any, cfg: RouterConfig) -> Route
             assert time.monotonic() < deadline, "router never got the session topic"
             time.sleep(0.05)
         for seq in range(N):
-            publish(settings.bootstrap, [(topic, sid.encode(), _event(sid, seq), None)])
+            publish(settings.bootstrap, [(topic, sid.encode(), tool_event(sid, seq), None)])
             time.sleep(GAP_S)
         t.join(90)
         assert not t.is_alive(), f"router did not route {N} events: {router.stats()}"

@@ -13,36 +13,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from router_io import publish, read_topic
+from router_io import publish, read_topic, tool_event, wait_until
 
-from streams.core.events import TraceEvent
 from streams.router import Router, RouterConfig
 from streams.serde import EventSerde
 from streams.settings import Settings
 
 SERDE = EventSerde()
 CHECK_S = 1.0
-
-
-def event(sid: str, seq: int, etype: str = "tool_call") -> bytes:
-    return SERDE.encode(
-        TraceEvent(
-            type=etype,  # type: ignore[arg-type]
-            session_id=sid,
-            seq=seq,
-            timestamp_ms=1_700_000_000_000 + seq,
-            tool_name="bash",
-            input={"cmd": f"ls {seq}"},
-        )
-    )
-
-
-def _wait(what: str, cond: Any, timeout_s: float = 30.0) -> float:
-    start = time.monotonic()
-    while not cond():
-        assert time.monotonic() - start < timeout_s, f"{what}: not within {timeout_s} s"
-        time.sleep(0.02)
-    return time.monotonic() - start
 
 
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
@@ -64,20 +42,22 @@ def test_an_ended_sessions_topic_is_paused_and_a_late_event_still_routed(
     thread = threading.Thread(target=router.run, name="router", daemon=True)
     thread.start()
     try:
-        _wait("assignment", lambda: set(topics.values()) <= router.assigned_topics)
+        wait_until("assignment", lambda: set(topics.values()) <= router.assigned_topics)
         items: list[tuple[str, bytes | None, bytes, Any]] = []
         for sid in sids:
-            items += [(topics[sid], sid.encode(), event(sid, seq), None) for seq in range(3)]
+            items += [(topics[sid], sid.encode(), tool_event(sid, seq), None) for seq in range(3)]
         for sid in ("ended-a", "ended-b"):
-            items.append((topics[sid], sid.encode(), event(sid, 3, "session_end"), None))
+            items.append((topics[sid], sid.encode(), tool_event(sid, 3, "session_end"), None))
         publish(settings.bootstrap, items)
-        _wait("pause", lambda: router.paused_topics == {topics["ended-a"], topics["ended-b"]})
+        wait_until("pause", lambda: router.paused_topics == {topics["ended-a"], topics["ended-b"]})
         # the live session keeps flowing while the others are paused
-        publish(settings.bootstrap, [(topics["live"], b"live", event("live", 3), None)])
+        publish(settings.bootstrap, [(topics["live"], b"live", tool_event("live", 3), None)])
         # a late event after the end: found by a check, resumed and routed
         t0 = time.monotonic()
-        publish(settings.bootstrap, [(topics["ended-a"], b"ended-a", event("ended-a", 4), None)])
-        waited = _wait("late event routed", lambda: router.stats().routed >= 13, 15.0)
+        publish(
+            settings.bootstrap, [(topics["ended-a"], b"ended-a", tool_event("ended-a", 4), None)]
+        )
+        waited = wait_until("late event routed", lambda: router.stats().routed >= 13, 15.0)
         print(f"\n{guarantee}: an event after session_end routed {waited * 1000:.0f} ms later")
         assert time.monotonic() - t0 < CHECK_S + 5.0
         assert router.resumed_total == 1
@@ -113,8 +93,8 @@ def test_a_paused_partition_revoked_and_assigned_again_is_fetched(
     router = Router(settings, config)
     router.start()
     try:
-        items = [(topic, b"ended", event("ended", 0), None)]
-        items.append((topic, b"ended", event("ended", 1, "session_end"), None))
+        items = [(topic, b"ended", tool_event("ended", 0), None)]
+        items.append((topic, b"ended", tool_event("ended", 1, "session_end"), None))
         publish(settings.bootstrap, items)
         router.run(max_seconds=30, until=lambda st: topic in router.paused_topics)
         assert router.paused_topics == {topic}
@@ -126,7 +106,7 @@ def test_a_paused_partition_revoked_and_assigned_again_is_fetched(
         router._on_assign(consumer, tps)
         consumer.incremental_assign(tps)
         assert router.paused_topics == frozenset()
-        publish(settings.bootstrap, [(topic, b"ended", event("ended", 2), None)])
+        publish(settings.bootstrap, [(topic, b"ended", tool_event("ended", 2), None)])
         stats = router.run(max_seconds=15, until=lambda st: st.routed >= 3)
         assert stats.routed == 3, stats
     finally:

@@ -18,35 +18,14 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from router_io import publish, read_topic
+from router_io import publish, read_topic, tool_event, wait_until
 
-from streams.core.events import TraceEvent
 from streams.router import Router, RouterConfig
 from streams.router import router as router_mod
 from streams.serde import EventSerde
 from streams.settings import Settings
 
 SERDE = EventSerde()
-
-
-def event(sid: str, seq: int) -> bytes:
-    return SERDE.encode(
-        TraceEvent(
-            type="tool_call",
-            session_id=sid,
-            seq=seq,
-            timestamp_ms=1_700_000_000_000 + seq,
-            tool_name="bash",
-            input={"cmd": f"ls {seq}"},
-        )
-    )
-
-
-def _wait(what: str, cond: Any, timeout_s: float = 30.0) -> None:
-    start = time.monotonic()
-    while not cond():
-        assert time.monotonic() - start < timeout_s, f"{what}: not within {timeout_s} s"
-        time.sleep(0.02)
 
 
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
@@ -68,10 +47,12 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost(
     thread = threading.Thread(target=router.run, name="router", daemon=True)
     thread.start()
     try:
-        _wait("assignment", lambda: set(topics.values()) <= router.assigned_topics)
-        first = [(topics[s], s.encode(), event(s, seq), None) for s in sids for seq in range(3)]
+        wait_until("assignment", lambda: set(topics.values()) <= router.assigned_topics)
+        first = [
+            (topics[s], s.encode(), tool_event(s, seq), None) for s in sids for seq in range(3)
+        ]
         publish(settings.bootstrap, first)
-        _wait("first events routed", lambda: router.stats().routed >= 6)
+        wait_until("first events routed", lambda: router.stats().routed >= 6)
         # Idle with everything routed: several checks, no replacement.
         time.sleep(4 * router_mod.STALL_CHECK_S)
         assert router.stall_restarts == 0
@@ -80,10 +61,14 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost(
         consumer.pause(consumer.assignment())  # fetching stops; the router is not told
         publish(
             settings.bootstrap,
-            [(topics[sid], sid.encode(), event(sid, seq), None) for sid in sids for seq in (3, 4)],
+            [
+                (topics[sid], sid.encode(), tool_event(sid, seq), None)
+                for sid in sids
+                for seq in (3, 4)
+            ],
         )
-        _wait("stall noticed", lambda: router.stall_restarts >= 1, 30.0)
-        _wait("events after the stall routed", lambda: router.stats().routed >= 10, 30.0)
+        wait_until("stall noticed", lambda: router.stall_restarts >= 1, 30.0)
+        wait_until("events after the stall routed", lambda: router.stats().routed >= 10, 30.0)
         assert router._consumer is not consumer
         assert router.stall_restarts == 1
     finally:
@@ -98,3 +83,60 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost(
     assert set(seen) == {(sid, seq) for sid in sids for seq in range(5)}
     if guarantee == "exactly-once":
         assert all(n == 1 for n in seen.values()), seen
+
+
+class _CutOff:
+    """A consumer whose metadata requests fail as if its connections were broken;
+    everything else is passed through to the real one."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def list_topics(self, *args: Any, **kwargs: Any) -> Any:
+        from confluent_kafka import KafkaError, KafkaException
+
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "cut off (test)"))
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+
+def test_a_consumer_cut_off_from_a_reachable_cluster_is_replaced(
+    settings: Settings, create_topics: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen after a broker restart in CI: every metadata request of the router's
+    consumer failed ("Broker transport failure") for 2 minutes while the broker
+    served the other clients; the consumer had lost its partitions, so nothing was
+    routed.  Here the discovery check's metadata requests fail for the first
+    consumer only; the admin client still reaches the cluster."""
+    monkeypatch.setattr(router_mod, "DISCOVERY_CHECK_S", 0.3)
+    sid = "cut-off"
+    topic = settings.session_topic(sid)
+    create_topics(topic, settings.control_topic)
+    router = Router(settings, RouterConfig(batch_max_ms=20, status_interval_s=0))
+    router.start()
+    first = router._consumer
+    check = router._check_discovery
+
+    def cut_off_check(consumer: Any) -> None:
+        check(_CutOff(consumer) if consumer is first else consumer)
+
+    monkeypatch.setattr(router, "_check_discovery", cut_off_check)
+    thread = threading.Thread(target=router.run, name="router", daemon=True)
+    thread.start()
+    try:
+        publish(settings.bootstrap, [(topic, sid.encode(), tool_event(sid, 0), None)])
+        wait_until("first event routed", lambda: router.stats().routed >= 1)
+        wait_until("cut-off noticed", lambda: router.cut_off_restarts >= 1, 30.0)
+        assert router._consumer is not first
+        publish(settings.bootstrap, [(topic, sid.encode(), tool_event(sid, 1), None)])
+        wait_until("routed by the new consumer", lambda: router.stats().routed >= 2, 30.0)
+        assert router.cut_off_restarts == 1  # the new consumer's checks succeed
+    finally:
+        router.request_stop()
+        thread.join(30)
+        router.close()
+    assert not thread.is_alive()
+    events = read_topic(settings.bootstrap, settings.events_topic, 2)
+    seqs = Counter(SERDE.decode(m.value()).seq for m in events if m.error() is None)
+    assert seqs == {0: 1, 1: 1}

@@ -194,7 +194,7 @@ CONSUMER_RESTART_WINDOW_S = 300.0
 #: recovered by itself after 4 minutes.
 STALL_CHECK_S = 5.0
 #: Discovery checks in a row (``DISCOVERY_CHECK_S`` apart) whose metadata request
-#: through the consumer fails while the admin client's succeeds: the consumer's
+#: through the consumer fails while the admin client's succeeds, each time: the consumer's
 #: own connections are broken, and it is replaced.  Seen after a broker restart in
 #: a loaded CI run: the consumer lost its partitions to the session timeout, then
 #: every metadata request it made failed with "Broker transport failure" for 2
@@ -619,6 +619,8 @@ class Router:
         self.stall_restarts = 0
         #: Discovery checks in a row whose metadata request through the consumer failed.
         self._metadata_failures = 0
+        #: monotonic time of the last discovery metadata request that succeeded
+        self._metadata_ok_at = 0.0
         #: Consumers replaced because only they could not reach the cluster (CUT_OFF_CHECKS).
         self.cut_off_restarts = 0
         #: Session topics no member of the group had at the previous discovery check.
@@ -770,31 +772,28 @@ class Router:
         """One metadata request through the admin client (its own connections)."""
         assert self._admin is not None
         try:
-            self._admin.list_topics(self._control_topic, timeout=CALL_TIMEOUT_S)
+            self._admin.list_topics(timeout=CALL_TIMEOUT_S)
         except KafkaException as exc:
             log.debug("admin client does not reach the cluster either: %s", exc)
             return False
         return True
 
-    def _cluster_reachable(self, consumer: Consumer) -> bool:
-        """One metadata request for the control topic, made before the periodic
-        checks' admin requests: they are not made while the cluster cannot be reached.
+    def _cluster_reachable(self) -> bool:
+        """Did the last discovery check's metadata request (through the consumer)
+        succeed, recently?  The paused and stall checks make their admin requests
+        only then: no new request is made to find out.
 
         Why: librdkafka 2.16 can abort the process (``rd_kafka_enq_once_del_source_return:
         Assertion 'eonce->refcnt > 0' failed``) when an admin operation times out and
         its request is answered or times out later (librdkafka#4605, #3663).  Seen
         here during broker outages, once (with faulthandler) inside the paused
-        partition check's ListOffsets.  Replacing the admin client after a failed
-        operation (its reporters' workaround) was tried and dropped: a router then
-        died of SIGSEGV right after a broker restart, plausibly from freeing a client
-        with an operation still in flight.
+        partition check's ListOffsets.  Two things tried and dropped: replacing the
+        admin client after a failed operation (the reporters' workaround), and a
+        metadata request for one topic through the consumer before each check;
+        with either, a router died of SIGSEGV during or right after a broker outage
+        (twice in about 30 cycles, none in about 60 before them).
         """
-        try:
-            consumer.list_topics(self._control_topic, timeout=CALL_TIMEOUT_S)
-        except KafkaException as exc:
-            log.debug("cluster not reachable (%s): admin requests put off", exc)
-            return False
-        return True
+        return time.monotonic() - self._metadata_ok_at <= 2 * DISCOVERY_CHECK_S
 
     def _group_owners(self) -> dict[str, Owner] | None:
         """Topic -> the member of the router group it is assigned to (None: the
@@ -838,8 +837,14 @@ class Router:
         try:
             md = consumer.list_topics(timeout=2.0)
         except KafkaException as exc:
-            self._metadata_failures += 1
-            if self._metadata_failures >= CUT_OFF_CHECKS and self._admin_reaches_cluster():
+            # Counted only while the admin client (its own connections) reaches the
+            # cluster: right after a broker restart the consumer may simply reconnect
+            # later than a fresh request of the admin client does.
+            if self._admin_reaches_cluster():
+                self._metadata_failures += 1
+            else:
+                self._metadata_failures = 0
+            if self._metadata_failures >= CUT_OFF_CHECKS:
                 # the cluster answers another client: this consumer's connections are
                 # what is broken (seen after a broker restart: 2 minutes of
                 # "Broker transport failure", 0 partitions, nothing routed)
@@ -847,13 +852,14 @@ class Router:
                 self.cut_off_restarts += 1
                 self._restart_consumer(
                     f"the consumer's metadata requests failed at {CUT_OFF_CHECKS} discovery "
-                    f"checks in a row (last: {exc.args[0]}) while the admin client reaches "
-                    "the cluster"
+                    f"checks in a row (last: {exc.args[0]}) while the admin client reached "
+                    "the cluster at each of them"
                 )
                 return
             log.info("discovery check: cluster metadata failed (%s); checking again", exc)
             return
         self._metadata_failures = 0
+        self._metadata_ok_at = time.monotonic()
         missing = frozenset(
             name
             for name, meta in md.topics.items()
@@ -1653,7 +1659,7 @@ class Router:
         from confluent_kafka import IsolationLevel
 
         self._next_paused_check = time.monotonic() + self.config.paused_check_s
-        if not self._cluster_reachable(consumer):
+        if not self._cluster_reachable():
             return
         assert self._admin is not None
         asked = dict(self._paused)
@@ -1708,7 +1714,7 @@ class Router:
         self._next_stall_check = now + STALL_CHECK_S
         idle = now - self._last_consumed_at
         active = [tp for tp in self._assigned if (tp.topic, tp.partition) not in self._paused]
-        if idle < STALL_CHECK_S or not active or not self._cluster_reachable(consumer):
+        if idle < STALL_CHECK_S or not active or not self._cluster_reachable():
             self._stall_suspects = frozenset()
             return
         assert self._admin is not None

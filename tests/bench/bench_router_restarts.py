@@ -78,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         help="the router's --guarantee (default exactly-once, the router's default)",
     )
     parser.add_argument("--client-debug", help="librdkafka debug contexts for the router")
+    parser.add_argument(
+        "--router-args",
+        default="",
+        help="more `trajectory router` arguments, one string (e.g. '--batch-idle-ms 0')",
+    )
     parser.add_argument("--workdir", help="keep logs and data here (default: a temp dir)")
     args = parser.parse_args(argv)
 
@@ -95,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     settings = Settings(bootstrap=broker.bootstrap, prefix=PREFIX, events_partitions=PARTITIONS)
     ensure_worker_topics(settings)
     router_args = router_command(broker.bootstrap)
-    router_args += ["--guarantee", args.guarantee]
+    router_args += ["--guarantee", args.guarantee, *args.router_args.split()]
     if args.client_debug:
         router_args += ["--client-debug", args.client_debug]
     router_log = workdir / "router.log"

@@ -193,6 +193,19 @@ CONSUMER_RESTART_WINDOW_S = 300.0
 #: held 460 partitions, kept taking new ones, consumed nothing and had not
 #: recovered by itself after 4 minutes.
 STALL_CHECK_S = 5.0
+#: The admin client's requests time out on their connection after this long, and
+#: each admin operation (the discovery, paused and stall checks) is given
+#: :data:`ADMIN_OP_TIMEOUT_S`, longer: a request then always fails *before* its
+#: operation times out.  The other order (an operation timed out while its request
+#: is still in flight, then the request is answered or times out) aborts the process
+#: in librdkafka 2.16 (``rd_kafka_enq_once_del_source_return: Assertion
+#: 'eonce->refcnt > 0' failed``; librdkafka#4605 shows that order in its log).  Seen
+#: here three times during broker outages; faulthandler showed the last one right
+#: after a ``describe_consumer_groups`` of the discovery check had timed out.  The
+#: loop still waits at most ~3 s for an answer; an unanswered operation is left to
+#: end by itself.
+ADMIN_SOCKET_TIMEOUT_MS = 3_000
+ADMIN_OP_TIMEOUT_S = ADMIN_SOCKET_TIMEOUT_MS / 1000.0 + 2.0
 #: Discovery checks in a row (``DISCOVERY_CHECK_S`` apart) whose metadata request
 #: through the consumer fails while the admin client's succeeds, each time: the consumer's
 #: own connections are broken, and it is replaced.  Seen after a broker restart in
@@ -760,6 +773,7 @@ class Router:
         return AdminClient(
             {
                 "bootstrap.servers": self.settings.bootstrap,
+                "socket.timeout.ms": ADMIN_SOCKET_TIMEOUT_MS,
                 **{
                     k: v
                     for k, v in self._extra_consumer.items()
@@ -801,7 +815,9 @@ class Router:
         assert self._admin is not None
         group = self.config.resolved_group_id(self._prefix)
         try:
-            futures = self._admin.describe_consumer_groups([group], request_timeout=2.0)
+            futures = self._admin.describe_consumer_groups(
+                [group], request_timeout=ADMIN_OP_TIMEOUT_S
+            )
             desc = futures[group].result(timeout=3.0)
         except Exception as exc:  # a broker hiccup: check again next time
             log.info(
@@ -1667,7 +1683,7 @@ class Router:
             futures = self._admin.list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in asked},  # type: ignore[no-untyped-call]
                 isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=CALL_TIMEOUT_S,
+                request_timeout=ADMIN_OP_TIMEOUT_S,
             )
         except KafkaException as exc:
             log.debug("list_offsets for paused partitions failed: %s", exc)
@@ -1724,10 +1740,10 @@ class Router:
             end_futures = self._admin.list_offsets(
                 {tp: OffsetSpec.latest() for tp in keys},  # type: ignore[no-untyped-call]
                 isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=CALL_TIMEOUT_S,
+                request_timeout=ADMIN_OP_TIMEOUT_S,
             )
             group_future = self._admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, keys)], request_timeout=CALL_TIMEOUT_S
+                [ConsumerGroupTopicPartitions(group, keys)], request_timeout=ADMIN_OP_TIMEOUT_S
             )[group]
         except KafkaException as exc:
             log.debug("stall check: offsets request failed: %s", exc)

@@ -797,15 +797,13 @@ class Router:
         succeed, recently?  The paused and stall checks make their admin requests
         only then: no new request is made to find out.
 
-        Why: librdkafka 2.16 can abort the process (``rd_kafka_enq_once_del_source_return:
-        Assertion 'eonce->refcnt > 0' failed``) when an admin operation times out and
-        its request is answered or times out later (librdkafka#4605, #3663).  Seen
-        here during broker outages, once (with faulthandler) inside the paused
-        partition check's ListOffsets.  Two things tried and dropped: replacing the
-        admin client after a failed operation (the reporters' workaround), and a
-        metadata request for one topic through the consumer before each check;
-        with either, a router died of SIGSEGV during or right after a broker outage
-        (twice in about 30 cycles, none in about 60 before them).
+        Why: an admin request made while the cluster is down is one more chance for
+        librdkafka's abort (:data:`ADMIN_SOCKET_TIMEOUT_MS`).  Two other ways were
+        tried and dropped: replacing the admin client after a failed operation (the
+        librdkafka#4605 reporters' workaround), and a metadata request for one topic
+        through the consumer before each check; with either, a router died of
+        SIGSEGV during or right after a broker outage (twice in about 30 cycles,
+        none in about 60 before them).
         """
         return time.monotonic() - self._metadata_ok_at <= 2 * DISCOVERY_CHECK_S
 

@@ -191,21 +191,10 @@ CONSUMER_RESTART_WINDOW_S = 300.0
 #: replaced (``_restart_consumer``).  Seen after a broker restart (at-least-once,
 #: ``tests/bench/bench_router_restarts.py --guarantee at-least-once``): a router
 #: held 460 partitions, kept taking new ones, consumed nothing and had not
-#: recovered by itself after 4 minutes.
-STALL_CHECK_S = 5.0
-#: The admin client's requests time out on their connection after this long, and
-#: each admin operation (the discovery, paused and stall checks) is given
-#: :data:`ADMIN_OP_TIMEOUT_S`, longer: a request then always fails *before* its
-#: operation times out.  The other order (an operation timed out while its request
-#: is still in flight, then the request is answered or times out) aborts the process
-#: in librdkafka 2.16 (``rd_kafka_enq_once_del_source_return: Assertion
-#: 'eonce->refcnt > 0' failed``; librdkafka#4605 shows that order in its log).  Seen
-#: here three times during broker outages; faulthandler showed the last one right
-#: after a ``describe_consumer_groups`` of the discovery check had timed out.  The
-#: loop still waits at most ~3 s for an answer; an unanswered operation is left to
-#: end by itself.
-ADMIN_SOCKET_TIMEOUT_MS = 3_000
-ADMIN_OP_TIMEOUT_S = ADMIN_SOCKET_TIMEOUT_MS / 1000.0 + 2.0
+#: recovered by itself after 4 minutes.  10 s, not 5: at 5 s the check replaced an
+#: exactly-once consumer that was only slow to come back after a restart, and the
+#: replacement (closing the old consumer, a rejoin) cost more than the wait.
+STALL_CHECK_S = 10.0
 #: Discovery checks in a row (``DISCOVERY_CHECK_S`` apart) whose metadata request
 #: through the consumer fails while the admin client's succeeds, each time: the consumer's
 #: own connections are broken, and it is replaced.  Seen after a broker restart in
@@ -773,7 +762,6 @@ class Router:
         return AdminClient(
             {
                 "bootstrap.servers": self.settings.bootstrap,
-                "socket.timeout.ms": ADMIN_SOCKET_TIMEOUT_MS,
                 **{
                     k: v
                     for k, v in self._extra_consumer.items()
@@ -798,12 +786,15 @@ class Router:
         only then: no new request is made to find out.
 
         Why: an admin request made while the cluster is down is one more chance for
-        librdkafka's abort (:data:`ADMIN_SOCKET_TIMEOUT_MS`).  Two other ways were
-        tried and dropped: replacing the admin client after a failed operation (the
-        librdkafka#4605 reporters' workaround), and a metadata request for one topic
-        through the consumer before each check; with either, a router died of
-        SIGSEGV during or right after a broker outage (twice in about 30 cycles,
-        none in about 60 before them).
+        librdkafka 2.16 to abort the process (``rd_kafka_enq_once_del_source_return:
+        Assertion 'eonce->refcnt > 0' failed``; librdkafka#4605, #3663: an admin
+        operation that times out while its request is in flight).  Tried and
+        dropped: admin requests timing out on the connection before their
+        operations (an abort still came, in a ``describe_consumer_groups``);
+        replacing the admin client after a failed operation (the #4605 reporters'
+        workaround) and a one-topic metadata request through the consumer before each
+        check (with each, a router died of SIGSEGV during or right after a broker
+        outage: twice in about 30 cycles, none in about 60 before them).
         """
         return time.monotonic() - self._metadata_ok_at <= 2 * DISCOVERY_CHECK_S
 
@@ -813,9 +804,7 @@ class Router:
         assert self._admin is not None
         group = self.config.resolved_group_id(self._prefix)
         try:
-            futures = self._admin.describe_consumer_groups(
-                [group], request_timeout=ADMIN_OP_TIMEOUT_S
-            )
+            futures = self._admin.describe_consumer_groups([group], request_timeout=2.0)
             desc = futures[group].result(timeout=3.0)
         except Exception as exc:  # a broker hiccup: check again next time
             log.info(
@@ -1681,7 +1670,7 @@ class Router:
             futures = self._admin.list_offsets(
                 {TopicPartition(t, p): OffsetSpec.latest() for t, p in asked},  # type: ignore[no-untyped-call]
                 isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=ADMIN_OP_TIMEOUT_S,
+                request_timeout=CALL_TIMEOUT_S,
             )
         except KafkaException as exc:
             log.debug("list_offsets for paused partitions failed: %s", exc)
@@ -1738,10 +1727,10 @@ class Router:
             end_futures = self._admin.list_offsets(
                 {tp: OffsetSpec.latest() for tp in keys},  # type: ignore[no-untyped-call]
                 isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=ADMIN_OP_TIMEOUT_S,
+                request_timeout=CALL_TIMEOUT_S,
             )
             group_future = self._admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, keys)], request_timeout=ADMIN_OP_TIMEOUT_S
+                [ConsumerGroupTopicPartitions(group, keys)], request_timeout=CALL_TIMEOUT_S
             )[group]
         except KafkaException as exc:
             log.debug("stall check: offsets request failed: %s", exc)

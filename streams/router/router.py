@@ -450,9 +450,15 @@ class StallPlan:
     """
 
     behind: Mapping[tuple[str, int], tuple[int, int, int]]
-    suspects: frozenset[tuple[str, int]]
     stale: frozenset[tuple[str, int]]
-    restart: bool
+
+    @property
+    def suspects(self) -> frozenset[tuple[str, int]]:
+        return frozenset(self.behind)
+
+    @property
+    def restart(self) -> bool:
+        return bool(self.stale)
 
 
 def plan_stall(
@@ -480,9 +486,7 @@ def plan_stall(
         pos = positions.get(key, -1)
         if end > done and end > max(pos, 0):
             behind[key] = (committed.get(key, -1), pos, end)
-    suspects = frozenset(behind)
-    stale = suspects & previous
-    return StallPlan(behind, suspects, stale, bool(stale))
+    return StallPlan(behind, frozenset(behind) & previous)
 
 
 class Router:
@@ -724,7 +728,16 @@ class Router:
             self._abort_leftover_transaction(instance_id)
             self._producer = Producer(producer_conf)
         self._consumer = Consumer(consumer_conf)
-        self._admin = self._new_admin()
+        self._admin = AdminClient(
+            {
+                "bootstrap.servers": self.settings.bootstrap,
+                **{
+                    k: v
+                    for k, v in self._extra_consumer.items()
+                    if k.startswith(("security.", "sasl.", "ssl."))
+                },
+            }
+        )
         subscription = [self.settings.session_topic_regex, self._control_topic]
         self._subscription = subscription
         self._subscribe()
@@ -757,18 +770,6 @@ class Router:
             if exc.args[0].code() == KafkaError._FATAL or exc.args[0].fatal():
                 raise _ConsumerFenced(f"subscribe: {exc.args[0]}") from exc
             raise
-
-    def _new_admin(self) -> AdminClient:
-        return AdminClient(
-            {
-                "bootstrap.servers": self.settings.bootstrap,
-                **{
-                    k: v
-                    for k, v in self._extra_consumer.items()
-                    if k.startswith(("security.", "sasl.", "ssl."))
-                },
-            }
-        )
 
     def _admin_reaches_cluster(self) -> bool:
         """One metadata request through the admin client (its own connections)."""
@@ -1214,6 +1215,9 @@ class Router:
         # the group shows that "ghost" owning our topics until then): its first
         # discovery check comes later and starts with no suspects.
         self._forced_for = self._unassigned_before = frozenset()
+        # ... and it gets a stall check's grace period, with no suspects of the old one
+        self._last_consumed_at = time.monotonic()
+        self._stall_suspects = frozenset()
         self._next_discovery = time.monotonic() + 2 * DISCOVERY_CHECK_S
         self._last_discovery = self._next_discovery
 
@@ -1651,6 +1655,39 @@ class Router:
         if not self._next_paused_check:
             self._next_paused_check = time.monotonic() + self.config.paused_check_s
 
+    def _end_offsets(
+        self, keys: list[tuple[str, int]], *, extra: concurrent.futures.Future[Any] | None = None
+    ) -> dict[tuple[str, int], int]:
+        """End offsets (read_committed: the last stable offset) of ``keys`` in one
+        ListOffsets request through the admin client, waited for once for the whole
+        request (never one timeout per partition), together with ``extra`` (another
+        admin request's future) if given.  Only the partitions answered in time
+        without an error are in the result (a failure is logged at debug level); the
+        callers ask again at their next check."""
+        from confluent_kafka import IsolationLevel
+
+        assert self._admin is not None
+        try:
+            futures = self._admin.list_offsets(
+                {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys},  # type: ignore[no-untyped-call]
+                isolation_level=IsolationLevel.READ_COMMITTED,
+                request_timeout=CALL_TIMEOUT_S,
+            )
+        except KafkaException as exc:
+            log.debug("list_offsets failed: %s", exc)
+            return {}
+        waited = [*futures.values(), *([extra] if extra is not None else [])]
+        concurrent.futures.wait(waited, timeout=CALL_TIMEOUT_S + 1.0)
+        ends: dict[tuple[str, int], int] = {}
+        for tp, fut in futures.items():
+            if not fut.done():
+                continue
+            try:
+                ends[(tp.topic, tp.partition)] = fut.result().offset
+            except Exception as exc:  # e.g. the topic was deleted
+                log.debug("end offset of %s[%d]: %s", tp.topic, tp.partition, exc)
+        return ends
+
     def _check_paused(self, consumer: Consumer) -> None:
         """Resume each paused partition that has records past where it was paused.
 
@@ -1659,36 +1696,16 @@ class Router:
         Invariant: a paused partition with a record at or after its paused position
         is resumed within ``paused_check_s`` (+ the request) of that record.
         """
-        from confluent_kafka import IsolationLevel
-
         self._next_paused_check = time.monotonic() + self.config.paused_check_s
         if not self._cluster_reachable():
             return
-        assert self._admin is not None
         asked = dict(self._paused)
-        try:
-            futures = self._admin.list_offsets(
-                {TopicPartition(t, p): OffsetSpec.latest() for t, p in asked},  # type: ignore[no-untyped-call]
-                isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=CALL_TIMEOUT_S,
-            )
-        except KafkaException as exc:
-            log.debug("list_offsets for paused partitions failed: %s", exc)
-            return
-        # one bounded wait for the whole request (never one timeout per partition)
-        concurrent.futures.wait(futures.values(), timeout=CALL_TIMEOUT_S + 1.0)
-        resume: list[TopicPartition] = []
-        for tp, fut in futures.items():
-            key = (tp.topic, tp.partition)
-            if not fut.done():
-                continue  # asked again at the next check
-            try:
-                end = fut.result().offset
-            except Exception as exc:  # e.g. the topic was deleted: asked again next time
-                log.debug("end offset of paused %s[%d]: %s", tp.topic, tp.partition, exc)
-                continue
-            if key in self._paused and end > asked[key]:
-                resume.append(TopicPartition(tp.topic, tp.partition))
+        ends = self._end_offsets(list(asked))  # unanswered ones: asked again next time
+        resume = [
+            TopicPartition(t, p)
+            for (t, p), end in ends.items()
+            if (t, p) in self._paused and end > asked[(t, p)]
+        ]
         if resume:
             consumer.resume(resume)
             for tp in resume:
@@ -1711,7 +1728,7 @@ class Router:
         broker is down) decides nothing and forgets the suspects: an outage is not a
         stall of this consumer, and the next check starts afresh.
         """
-        from confluent_kafka import ConsumerGroupTopicPartitions, IsolationLevel
+        from confluent_kafka import ConsumerGroupTopicPartitions
 
         now = time.monotonic()
         self._next_stall_check = now + STALL_CHECK_S
@@ -1722,29 +1739,23 @@ class Router:
             return
         assert self._admin is not None
         group = self.config.resolved_group_id(self._prefix)
-        keys = [TopicPartition(tp.topic, tp.partition) for tp in active]
+        keys = [(tp.topic, tp.partition) for tp in active]
         try:
-            end_futures = self._admin.list_offsets(
-                {tp: OffsetSpec.latest() for tp in keys},  # type: ignore[no-untyped-call]
-                isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=CALL_TIMEOUT_S,
-            )
             group_future = self._admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, keys)], request_timeout=CALL_TIMEOUT_S
+                [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in keys])],
+                request_timeout=CALL_TIMEOUT_S,
             )[group]
         except KafkaException as exc:
             log.debug("stall check: offsets request failed: %s", exc)
             self._stall_suspects = frozenset()
             return
-        waited = [*end_futures.values(), group_future]
-        concurrent.futures.wait(waited, timeout=CALL_TIMEOUT_S + 1.0)
-        ends: dict[tuple[str, int], int] = {}
+        ends = self._end_offsets(keys, extra=group_future)
         try:
-            for tp, fut in end_futures.items():
-                ends[(tp.topic, tp.partition)] = fut.result(timeout=0).offset
             listed = group_future.result(timeout=0).topic_partitions or []
         except Exception as exc:  # not answered in time, or an error: decide nothing
-            log.debug("stall check: offsets not read (%s)", exc)
+            log.debug("stall check: committed offsets not read (%s)", exc)
+            listed = None
+        if listed is None or len(ends) < len(keys):
             self._stall_suspects = frozenset()
             return
         committed = {(tp.topic, tp.partition): tp.offset for tp in listed}
@@ -1769,8 +1780,6 @@ class Router:
             f"{len(plan.stale)} assigned partition(s) have records to route (e.g. "
             f"{topic}[{partition}]: committed {done}, position {pos}, end {end})"
         )
-        self._last_consumed_at = time.monotonic()  # the new consumer's grace period
-        self._stall_suspects = frozenset()
 
     def _commit_offsets(self) -> None:
         """At-least-once: flush (every produced record acknowledged), then commit
@@ -2062,7 +2071,7 @@ class Router:
     @staticmethod
     def _refusal(kerr: KafkaError, metadata: object) -> str:
         """Why a transaction is aborted: the error, and for a group error the group
-        metadata its offsets were sent with (docs/kafka-notes.md, "ILLEGAL_GENERATION")."""
+        metadata its offsets were sent with (docs/chaos.md, "Follow-up")."""
         if metadata is None or kerr.code() not in _GROUP_REFUSALS:
             return str(kerr)
         return f"{kerr} (offsets sent with {describe_group_metadata(metadata)})"

@@ -3,7 +3,10 @@ check what the router forwards and dead-letters; no test module imports another)
 
 from __future__ import annotations
 
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
@@ -100,3 +103,18 @@ def read_topic(
 
 def headers_of(msg: Any) -> dict[str, bytes]:
     return dict(msg.headers() or [])
+
+
+@contextmanager
+def running(router: Any) -> Iterator[None]:
+    """Run a started in-process router in a thread for the block; then stop it,
+    close it, and fail the test if its loop did not end within 30 s."""
+    thread = threading.Thread(target=router.run, name="router", daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        router.request_stop()
+        thread.join(30)
+        router.close()
+    assert not thread.is_alive(), "the router's loop did not stop within 30 s"

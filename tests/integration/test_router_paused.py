@@ -7,13 +7,12 @@ routed (one ListOffsets request per check finds it and resumes the partition).
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
-from router_io import publish, read_topic, tool_event, wait_until
+from router_io import publish, read_topic, running, tool_event, wait_until
 
 from streams.router import Router, RouterConfig
 from streams.serde import EventSerde
@@ -39,9 +38,7 @@ def test_an_ended_sessions_topic_is_paused_and_a_late_event_still_routed(
     )
     router = Router(settings, config)
     router.start()
-    thread = threading.Thread(target=router.run, name="router", daemon=True)
-    thread.start()
-    try:
+    with running(router):
         wait_until("assignment", lambda: set(topics.values()) <= router.assigned_topics)
         items: list[tuple[str, bytes | None, bytes, Any]] = []
         for sid in sids:
@@ -62,11 +59,6 @@ def test_an_ended_sessions_topic_is_paused_and_a_late_event_still_routed(
         assert time.monotonic() - t0 < CHECK_S + 5.0
         assert router.resumed_total == 1
         assert router.paused_topics == {topics["ended-b"]}
-    finally:
-        router.request_stop()
-        thread.join(30)
-        router.close()
-    assert not thread.is_alive()
     events = read_topic(settings.bootstrap, settings.events_topic, 13)
     seen = Counter(
         (m.key().decode(), SERDE.decode(m.value()).seq) for m in events if m.error() is None

@@ -12,13 +12,12 @@ exactly once under exactly-once.  Real broker, in-process router.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
-from router_io import publish, read_topic, tool_event, wait_until
+from router_io import publish, read_topic, running, tool_event, wait_until
 
 from streams.router import Router, RouterConfig
 from streams.router import router as router_mod
@@ -44,9 +43,7 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost(
     )
     router = Router(settings, config)
     router.start()
-    thread = threading.Thread(target=router.run, name="router", daemon=True)
-    thread.start()
-    try:
+    with running(router):
         wait_until("assignment", lambda: set(topics.values()) <= router.assigned_topics)
         first = [
             (topics[s], s.encode(), tool_event(s, seq), None) for s in sids for seq in range(3)
@@ -71,11 +68,6 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost(
         wait_until("events after the stall routed", lambda: router.stats().routed >= 10, 30.0)
         assert router._consumer is not consumer
         assert router.stall_restarts == 1
-    finally:
-        router.request_stop()
-        thread.join(30)
-        router.close()
-    assert not thread.is_alive()
     events = read_topic(settings.bootstrap, settings.events_topic, 10)
     seen = Counter(
         (m.key().decode(), SERDE.decode(m.value()).seq) for m in events if m.error() is None
@@ -122,9 +114,7 @@ def test_a_consumer_cut_off_from_a_reachable_cluster_is_replaced(
         check(_CutOff(consumer) if consumer is first else consumer)
 
     monkeypatch.setattr(router, "_check_discovery", cut_off_check)
-    thread = threading.Thread(target=router.run, name="router", daemon=True)
-    thread.start()
-    try:
+    with running(router):
         publish(settings.bootstrap, [(topic, sid.encode(), tool_event(sid, 0), None)])
         wait_until("first event routed", lambda: router.stats().routed >= 1)
         wait_until("cut-off noticed", lambda: router.cut_off_restarts >= 1, 30.0)
@@ -133,11 +123,6 @@ def test_a_consumer_cut_off_from_a_reachable_cluster_is_replaced(
         publish(settings.bootstrap, [(topic, sid.encode(), tool_event(sid, 1), None)])
         wait_until("routed by the new consumer", lambda: router.stats().routed >= 2, 30.0)
         assert router.cut_off_restarts == 1  # the new consumer's checks succeed
-    finally:
-        router.request_stop()
-        thread.join(30)
-        router.close()
-    assert not thread.is_alive()
     events = read_topic(settings.bootstrap, settings.events_topic, 2)
     seqs = Counter(SERDE.decode(m.value()).seq for m in events if m.error() is None)
     assert seqs == {0: 1, 1: 1}

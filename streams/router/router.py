@@ -84,7 +84,6 @@ committed offset never passes an undelivered message:
 
 from __future__ import annotations
 
-import concurrent.futures
 import functools
 import logging
 import sys
@@ -102,9 +101,10 @@ from confluent_kafka import (
     Producer,
     TopicPartition,
 )
-from confluent_kafka.admin import AdminClient, OffsetSpec  # type: ignore[attr-defined]
+from confluent_kafka.admin import AdminClient
 
 from streams.errors import DeliveryError, InvalidEventError
+from streams.router.admin import AdminProcess, RouterAdmin
 from streams.router.announce import PendingTopics, parse_announcement
 from streams.router.config import RouterConfig
 from streams.router.metrics import RouterMetrics
@@ -604,7 +604,9 @@ class Router:
         #: session topic -> its ``src.topic`` header (hot path; cleared with _keys)
         self._src_topics: dict[str, tuple[str, bytes]] = {}
         self._pending = PendingTopics()
-        self._admin: AdminClient | None = None
+        #: the admin requests of the periodic checks, made in a child process
+        #: (streams.router.admin: librdkafka's admin client can crash a process)
+        self._admin: RouterAdmin | None = None
         self._subscription: list[str] = []
         #: Partitions whose session_end this batch routed: paused once it commits.
         self._ending: set[tuple[str, int]] = set()
@@ -728,16 +730,17 @@ class Router:
             self._abort_leftover_transaction(instance_id)
             self._producer = Producer(producer_conf)
         self._consumer = Consumer(consumer_conf)
-        self._admin = AdminClient(
-            {
-                "bootstrap.servers": self.settings.bootstrap,
-                **{
-                    k: v
-                    for k, v in self._extra_consumer.items()
-                    if k.startswith(("security.", "sasl.", "ssl."))
-                },
-            }
-        )
+        if self._admin is None:  # (kept across consumer restarts; a test may set one)
+            self._admin = AdminProcess(
+                {
+                    "bootstrap.servers": self.settings.bootstrap,
+                    **{
+                        k: v
+                        for k, v in self._extra_consumer.items()
+                        if k.startswith(("security.", "sasl.", "ssl."))
+                    },
+                }
+            )
         subscription = [self.settings.session_topic_regex, self._control_topic]
         self._subscription = subscription
         self._subscribe()
@@ -774,12 +777,7 @@ class Router:
     def _admin_reaches_cluster(self) -> bool:
         """One metadata request through the admin client (its own connections)."""
         assert self._admin is not None
-        try:
-            self._admin.list_topics(timeout=CALL_TIMEOUT_S)
-        except KafkaException as exc:
-            log.debug("admin client does not reach the cluster either: %s", exc)
-            return False
-        return True
+        return self._admin.reaches_cluster(CALL_TIMEOUT_S)
 
     def _cluster_reachable(self) -> bool:
         """Did the last discovery check's metadata request (through the consumer)
@@ -804,24 +802,20 @@ class Router:
         group description failed now; logged, and checked again next time)."""
         assert self._admin is not None
         group = self.config.resolved_group_id(self._prefix)
-        try:
-            futures = self._admin.describe_consumer_groups([group], request_timeout=2.0)
-            desc = futures[group].result(timeout=3.0)
-        except Exception as exc:  # a broker hiccup: check again next time
+        desc = self._admin.describe_group(group, CALL_TIMEOUT_S)
+        if desc is None:  # a broker hiccup (the reason is logged at debug level)
             log.info(
-                "discovery check: describe_consumer_groups(%s) failed (%s); not forcing a "
+                "discovery check: describe_consumer_groups(%s) failed; not forcing a "
                 "rebalance now, checking again in %.0f s",
                 group,
-                exc,
                 DISCOVERY_CHECK_S,
             )
             return None
         owners: dict[str, Owner] = {}
-        for member in desc.members or ():
-            assignment = member.assignment
-            for tp in (assignment.topic_partitions if assignment is not None else None) or ():
-                owners[tp.topic] = Owner(member.member_id, member.group_instance_id)
-        self._group_state = str(desc.state)
+        for member in desc.members:
+            for topic in member.topics:
+                owners[topic] = Owner(member.member_id, member.instance_id)
+        self._group_state = desc.state
         return owners
 
     def _check_discovery(self, consumer: Consumer) -> None:
@@ -1025,7 +1019,9 @@ class Router:
                 # after the restart, never a loss: no offset covers it)
                 self._producer.flush(10.0)
             self._producer = None
-        self._admin = None  # freed here, in this thread (not by the garbage collector)
+        if self._admin is not None:
+            self._admin.close()  # (ends the child process)
+            self._admin = None
 
     def __enter__(self) -> Router:
         self.start()
@@ -1655,38 +1651,13 @@ class Router:
         if not self._next_paused_check:
             self._next_paused_check = time.monotonic() + self.config.paused_check_s
 
-    def _end_offsets(
-        self, keys: list[tuple[str, int]], *, extra: concurrent.futures.Future[Any] | None = None
-    ) -> dict[tuple[str, int], int]:
-        """End offsets (read_committed: the last stable offset) of ``keys`` in one
-        ListOffsets request through the admin client, waited for once for the whole
-        request (never one timeout per partition), together with ``extra`` (another
-        admin request's future) if given.  Only the partitions answered in time
-        without an error are in the result (a failure is logged at debug level); the
-        callers ask again at their next check."""
-        from confluent_kafka import IsolationLevel
-
+    def _end_offsets(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """End offsets (read_committed: the last stable offset) of ``keys``, in one
+        ListOffsets request waited for once (never one timeout per partition).
+        Only the partitions answered in time without an error are in the result;
+        the callers ask again at their next check."""
         assert self._admin is not None
-        try:
-            futures = self._admin.list_offsets(
-                {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys},  # type: ignore[no-untyped-call]
-                isolation_level=IsolationLevel.READ_COMMITTED,
-                request_timeout=CALL_TIMEOUT_S,
-            )
-        except KafkaException as exc:
-            log.debug("list_offsets failed: %s", exc)
-            return {}
-        waited = [*futures.values(), *([extra] if extra is not None else [])]
-        concurrent.futures.wait(waited, timeout=CALL_TIMEOUT_S + 1.0)
-        ends: dict[tuple[str, int], int] = {}
-        for tp, fut in futures.items():
-            if not fut.done():
-                continue
-            try:
-                ends[(tp.topic, tp.partition)] = fut.result().offset
-            except Exception as exc:  # e.g. the topic was deleted
-                log.debug("end offset of %s[%d]: %s", tp.topic, tp.partition, exc)
-        return ends
+        return dict(self._admin.offsets(keys, CALL_TIMEOUT_S).ends)
 
     def _check_paused(self, consumer: Consumer) -> None:
         """Resume each paused partition that has records past where it was paused.
@@ -1728,8 +1699,6 @@ class Router:
         broker is down) decides nothing and forgets the suspects: an outage is not a
         stall of this consumer, and the next check starts afresh.
         """
-        from confluent_kafka import ConsumerGroupTopicPartitions
-
         now = time.monotonic()
         self._next_stall_check = now + STALL_CHECK_S
         idle = now - self._last_consumed_at
@@ -1738,27 +1707,14 @@ class Router:
             self._stall_suspects = frozenset()
             return
         assert self._admin is not None
-        group = self.config.resolved_group_id(self._prefix)
         keys = [(tp.topic, tp.partition) for tp in active]
-        try:
-            group_future = self._admin.list_consumer_group_offsets(
-                [ConsumerGroupTopicPartitions(group, [TopicPartition(t, p) for t, p in keys])],
-                request_timeout=CALL_TIMEOUT_S,
-            )[group]
-        except KafkaException as exc:
-            log.debug("stall check: offsets request failed: %s", exc)
+        view = self._admin.offsets(
+            keys, CALL_TIMEOUT_S, committed_of=self.config.resolved_group_id(self._prefix)
+        )
+        ends, committed = view.ends, view.committed
+        if committed is None or len(ends) < len(keys):  # not all answered: decide nothing
             self._stall_suspects = frozenset()
             return
-        ends = self._end_offsets(keys, extra=group_future)
-        try:
-            listed = group_future.result(timeout=0).topic_partitions or []
-        except Exception as exc:  # not answered in time, or an error: decide nothing
-            log.debug("stall check: committed offsets not read (%s)", exc)
-            listed = None
-        if listed is None or len(ends) < len(keys):
-            self._stall_suspects = frozenset()
-            return
-        committed = {(tp.topic, tp.partition): tp.offset for tp in listed}
         positions = {(tp.topic, tp.partition): tp.offset for tp in consumer.position(active)}
         plan = plan_stall(committed, positions, ends, self._stall_suspects)
         self._stall_suspects = plan.suspects

@@ -16,7 +16,6 @@ connects nothing until ``start()``); the real outage is the integration test's.
 
 from __future__ import annotations
 
-from concurrent.futures import Future
 from types import SimpleNamespace
 from typing import Any
 
@@ -24,6 +23,7 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.router import router as router_mod
+from streams.router.admin import GroupMember, GroupView, OffsetsView
 from streams.router.config import RouterConfig
 from streams.router.router import Owner, Router, _ConsumerFenced, plan_discovery
 from streams.settings import Settings
@@ -96,21 +96,24 @@ class FakeConsumer:
 
 
 class FakeAdmin:
-    """describe_consumer_groups answering a group where ``owner`` has every topic."""
+    """A :class:`~streams.router.admin.RouterAdmin` whose group gives ``owner``
+    every topic."""
 
     def __init__(self, owner: Owner) -> None:
         self.owner = owner
 
-    def describe_consumer_groups(self, groups: list[str], request_timeout: float) -> Any:
-        tps = [TopicPartition(t, 0) for t in sorted(TOPICS)]
-        member = SimpleNamespace(
-            member_id=self.owner.member_id,
-            group_instance_id=self.owner.instance_id,
-            assignment=SimpleNamespace(topic_partitions=tps),
-        )
-        done: Future[Any] = Future()
-        done.set_result(SimpleNamespace(members=[member], state="STABLE"))
-        return {groups[0]: done}
+    def describe_group(self, group: str, timeout_s: float) -> GroupView:
+        member = GroupMember(self.owner.member_id, self.owner.instance_id, TOPICS)
+        return GroupView("STABLE", (member,))
+
+    def offsets(self, keys: Any, timeout_s: float, *, committed_of: Any = None) -> OffsetsView:
+        return OffsetsView({}, None)
+
+    def reaches_cluster(self, timeout_s: float) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
 
 
 @pytest.fixture

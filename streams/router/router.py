@@ -39,7 +39,9 @@ rejoins as the same *static* member (``group.instance.id``) and the coordinator
 hands back its old assignment without running the assignor, and librdkafka's
 regex re-match then sees no change.  So every ``DISCOVERY_CHECK_S`` the router
 compares the session topics in the cluster metadata with what the group has
-assigned (``describe_consumer_groups``); a topic left unassigned for two checks
+assigned (``describe_consumer_groups``, asked by the router's admin helper
+process, :mod:`streams.router.admin`, because librdkafka's admin client can crash
+the process that makes it); a topic left unassigned for two checks
 in a row makes it re-subscribe without ``<prefix>.control`` for one check
 interval (the revoke makes librdkafka rejoin, and the coordinator then runs a
 full rebalance with a real leader), then with it again.  A topic the group gives
@@ -183,11 +185,14 @@ MAX_CONSUMER_RESTARTS = 3
 #: restart; only restarts in quick succession point at a duplicate instance id).
 CONSUMER_RESTART_WINDOW_S = 300.0
 #: A consumer that holds partitions but fetches nothing: after this many seconds
-#: without a consumed record the router compares, for its partitions (paused ones
-#: of ended sessions aside), the group's committed offsets and its own positions
-#: with the end offsets (one OffsetFetch through the admin client, one
-#: ListOffsets; see :func:`plan_stall`).  Partitions behind at two such checks in a
-#: row, with nothing consumed in between, mean the consumer stopped fetching: it is
+#: without a consumed *session* record (announcements on the control topic do not
+#: count: they kept coming for 4 minutes while an at-least-once router after a
+#: broker restart fetched no session record) the router compares, for its
+#: partitions (paused ones of ended sessions aside), the group's committed offsets
+#: and its own positions with the end offsets (one OffsetFetch and one ListOffsets
+#: through the admin helper process, :mod:`streams.router.admin`; see
+#: :func:`plan_stall`).  Partitions behind at two such checks in a row, with
+#: nothing consumed in between, mean the consumer stopped fetching: it is
 #: replaced (``_restart_consumer``).  Seen after a broker restart (at-least-once,
 #: ``tests/bench/bench_router_restarts.py --guarantee at-least-once``): a router
 #: held 460 partitions, kept taking new ones, consumed nothing and had not
@@ -775,7 +780,7 @@ class Router:
             raise
 
     def _admin_reaches_cluster(self) -> bool:
-        """One metadata request through the admin client (its own connections)."""
+        """One metadata request through the admin helper (its own connections)."""
         assert self._admin is not None
         return self._admin.reaches_cluster(CALL_TIMEOUT_S)
 
@@ -784,16 +789,10 @@ class Router:
         succeed, recently?  The paused and stall checks make their admin requests
         only then: no new request is made to find out.
 
-        Why: an admin request made while the cluster is down is one more chance for
-        librdkafka 2.16 to abort the process (``rd_kafka_enq_once_del_source_return:
-        Assertion 'eonce->refcnt > 0' failed``; librdkafka#4605, #3663: an admin
-        operation that times out while its request is in flight).  Tried and
-        dropped: admin requests timing out on the connection before their
-        operations (an abort still came, in a ``describe_consumer_groups``);
-        replacing the admin client after a failed operation (the #4605 reporters'
-        workaround) and a one-topic metadata request through the consumer before each
-        check (with each, a router died of SIGSEGV during or right after a broker
-        outage: twice in about 30 cycles, none in about 60 before them).
+        Why: an admin request made while the cluster is down only waits out its
+        timeout, in the router's loop; and it is when librdkafka's admin client
+        crashes (:mod:`streams.router.admin`), which costs the helper process a
+        restart.
         """
         return time.monotonic() - self._metadata_ok_at <= 2 * DISCOVERY_CHECK_S
 
@@ -1338,7 +1337,12 @@ class Router:
                     wait = min(0.1, max(0.0, wait))
                 first = consumer.poll(wait)
                 msgs = [] if first is None else [first]
-        if msgs:
+        control = self._control_topic
+        if msgs and any(m.topic() != control for m in msgs if m.error() is None):
+            # a session record (the stall check's clock): announcements on the
+            # control topic keep flowing while session partitions can be stuck
+            # (seen after a broker restart: the router consumed one every few
+            # seconds for 4 minutes and fetched no session record)
             self._last_consumed_at = time.monotonic()
         if self._rewind_due:
             # an abort inside a rebalance callback (_rewind_after_abort): what this
@@ -1694,7 +1698,7 @@ class Router:
         :func:`plan_stall`).
 
         Nothing is asked of the broker while records keep coming.  The committed
-        offsets are read through the admin client, not this consumer: its own
+        offsets are read through the admin helper, not this consumer: its own
         coordinator requests may be what is stuck.  A check whose requests fail (the
         broker is down) decides nothing and forgets the suspects: an outage is not a
         stall of this consumer, and the next check starts afresh.

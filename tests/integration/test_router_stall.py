@@ -12,11 +12,13 @@ exactly once under exactly-once.  Real broker, in-process router.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
+from confluent_kafka import Producer
 from router_io import publish, read_topic, running, tool_event, wait_until
 
 from streams.router import Router, RouterConfig
@@ -55,7 +57,8 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost(
         assert router.stall_restarts == 0
         consumer = router._consumer
         assert consumer is not None
-        consumer.pause(consumer.assignment())  # fetching stops; the router is not told
+        # fetching stops for the session partitions; the router is not told
+        consumer.pause([tp for tp in consumer.assignment() if tp.topic != settings.control_topic])
         publish(
             settings.bootstrap,
             [
@@ -64,7 +67,23 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost(
                 for seq in (3, 4)
             ],
         )
-        wait_until("stall noticed", lambda: router.stall_restarts >= 1, 30.0)
+        # ... while announcements keep coming on the control topic, more often than
+        # the check's idle time (seen after a broker restart: they hid the stall)
+        stop = threading.Event()
+
+        def announce() -> None:
+            producer = Producer({"bootstrap.servers": settings.bootstrap, "linger.ms": 0})
+            while not stop.wait(router_mod.STALL_CHECK_S / 5):
+                producer.produce(settings.control_topic, key=b"stall-a", value=b"")
+                producer.flush(5.0)
+
+        announcer = threading.Thread(target=announce, daemon=True)
+        announcer.start()
+        try:
+            wait_until("stall noticed", lambda: router.stall_restarts >= 1, 30.0)
+        finally:
+            stop.set()
+            announcer.join()
         wait_until("events after the stall routed", lambda: router.stats().routed >= 10, 30.0)
         assert router._consumer is not consumer
         assert router.stall_restarts == 1

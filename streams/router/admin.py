@@ -211,6 +211,12 @@ class AdminProcess:
         #: children that died (each logged with its exit status)
         self.deaths = 0
 
+    @property
+    def pid(self) -> int | None:
+        """The running child's pid (None before the first request or after a death);
+        the benches add its CPU to the router's."""
+        return None if self._proc is None else self._proc.pid
+
     # -- the requests
     def describe_group(self, group: str, timeout_s: float) -> GroupView | None:
         got = self._call("describe_group", {"group": group, "timeout_s": timeout_s}, timeout_s)

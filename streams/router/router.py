@@ -1419,6 +1419,12 @@ class Router:
         )
 
     @property
+    def admin_helper_pid(self) -> int | None:
+        """The pid of the admin helper process (:mod:`streams.router.admin`), if one
+        runs now: part of the router's cost."""
+        return getattr(self._admin, "pid", None)
+
+    @property
     def assigned_topics(self) -> frozenset[str]:
         return frozenset(self._assigned_topics)
 

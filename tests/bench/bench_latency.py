@@ -79,6 +79,7 @@ from procs import (  # noqa: E402
     spawn,
     stop,
     thread_cpu_seconds,
+    tree_cpu_seconds,
     worker_args,
 )
 
@@ -718,7 +719,7 @@ def main() -> int:
                                 bpid, args.broker_jfr / f"broker-b{batch_ms}-r{rate:.0f}.jfr"
                             )
                             jfr.start()
-                        proc_cpu_before = {k: cpu_seconds(v) for k, v in pids.items()}
+                        proc_cpu_before = {k: tree_cpu_seconds(v) for k, v in pids.items()}
                         tids = {
                             "subscriber": sub_thread.native_id,
                             "probe": probe.tid if probe is not None else None,
@@ -760,7 +761,9 @@ def main() -> int:
                         )
                         cpu = os.times()
                         bench_cpu = (cpu.user - cpu_before.user) + (cpu.system - cpu_before.system)
-                        proc_cpu = {k: cpu_seconds(pids[k]) - v for k, v in proc_cpu_before.items()}
+                        proc_cpu = {
+                            k: tree_cpu_seconds(pids[k]) - v for k, v in proc_cpu_before.items()
+                        }
                         if jfr is not None:
                             print("\n".join(jfr.stop()), flush=True)
                         threads = {

@@ -57,7 +57,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from bench_latency import KINDS, Agent, delete_prefix_topics  # noqa: E402
-from procs import broker_pid, cpu_seconds, spawn, stop, worker_args  # noqa: E402
+from procs import broker_pid, spawn, stop, tree_cpu_seconds, worker_args  # noqa: E402
 
 from streams.broker import LocalBroker, free_port, kafka_ready, parse_bootstrap  # noqa: E402
 from streams.router import RouterConfig  # noqa: E402
@@ -211,7 +211,7 @@ def run_stage(
             measured_from = t0
             while (now := time.monotonic()) - t0 < args.duration:
                 if before is None and now - t0 >= args.warmup:
-                    before = {k: cpu_seconds(v) for k, v in pids.items() if v is not None}
+                    before = {k: tree_cpu_seconds(v) for k, v in pids.items() if v is not None}
                     measured_from = now
                     if probe is not None:
                         probe.measuring = True
@@ -222,7 +222,7 @@ def run_stage(
                 time.sleep(0.001)
             assert before is not None, "--warmup must be shorter than --duration"
             span = time.monotonic() - measured_from
-            cores = {k: (cpu_seconds(pids[k]) - v) / span for k, v in before.items()}
+            cores = {k: (tree_cpu_seconds(pids[k]) - v) / span for k, v in before.items()}
             for name, proc in procs.items():
                 if proc.poll() is not None:
                     raise SystemExit(f"{name} exited early; see {work}/{name}.log")

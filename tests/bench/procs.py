@@ -68,6 +68,29 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` of ``pid`` plus its live descendants' (the router's admin
+    helper process, ``streams.router.admin``, is part of the router's cost).
+
+    A descendant that ended since the last reading takes its CPU with it (unless
+    its parent waited for it, which then counts it as its own): fine for
+    processes that live through the measurement, which is what the benches start.
+    """
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue  # ended meanwhile
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        total += cpu_seconds(p)
+        todo.extend(children.get(p, ()))
+    return total
+
+
 def thread_cpu_seconds(tid: int) -> float:
     """User + system CPU seconds of thread ``tid`` of this process (0 if unreadable).
 

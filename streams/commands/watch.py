@@ -259,15 +259,24 @@ def run(args: argparse.Namespace) -> int:
     )
     topics = ", ".join(sub.topics)
 
-    def on_term(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
+    # Ctrl-C and SIGTERM set a flag the loop checks after each poll (<= 0.25 s),
+    # rather than raising KeyboardInterrupt wherever the main thread happens to be:
+    # once in a loaded CI run a Ctrl-C that arrived during the consumer's poll
+    # never ended the watch (the loop went on polling for 30 s; not reproduced in
+    # 184 tries since).  A flag cannot be lost on the way out.
+    stopping: list[int] = []
 
-    previous = signal.signal(signal.SIGTERM, on_term)
+    def on_signal(signum: int, frame: Any) -> None:
+        stopping.append(signum)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
     deadline = None if args.duration is None else time.monotonic() + args.duration
     state = WatchState()
     shown = 0
 
     def done() -> bool:
+        if stopping:
+            return True
         if args.limit is not None and shown >= args.limit:
             return True
         return deadline is not None and time.monotonic() >= deadline
@@ -297,9 +306,10 @@ def run(args: argparse.Namespace) -> int:
                         shown += 1
                     live.update(_render(state, args, sub, topics))
     except KeyboardInterrupt:
-        pass
+        pass  # (a Ctrl-C before the handlers above were installed)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         sub.close()
         print(f"# watch ended: {stats_line(sub.stats())}", file=sys.stderr, flush=True)
     return 0

@@ -126,6 +126,7 @@ from streams.router.validate import (
     session_id_of_topic,
 )
 from streams.security import client_config, raise_if_security_error, weak_method
+from streams.security import current as current_security
 from streams.settings import Settings
 from streams.topics import SIZE_MARGIN, router_topic_specs
 from streams.topics import ensure_topics as create_topics  # ensure_topics below is the router set
@@ -736,16 +737,7 @@ class Router:
             self._producer = Producer(producer_conf)
         self._consumer = Consumer(consumer_conf)
         if self._admin is None:  # (kept across consumer restarts; a test may set one)
-            self._admin = AdminProcess(
-                {
-                    "bootstrap.servers": self.settings.bootstrap,
-                    **{
-                        k: v
-                        for k, v in self._extra_consumer.items()
-                        if k.startswith(("security.", "sasl.", "ssl."))
-                    },
-                }
-            )
+            self._admin = AdminProcess(self.admin_config())
         subscription = [self.settings.session_topic_regex, self._control_topic]
         self._subscription = subscription
         self._subscribe()
@@ -757,6 +749,22 @@ class Router:
             instance_id,
             producer_conf.get("linger.ms"),
         )
+
+    def admin_config(self) -> dict[str, Any]:
+        """The admin helper's client configuration: the bootstrap, the security
+        settings the consumer and producer get (``settings.security``, else the
+        process's), and the security keys of ``extra_consumer_config``.  Plain
+        values only (it travels to the child as JSON): no callbacks."""
+        security = self.settings.security or current_security()
+        return {
+            "bootstrap.servers": self.settings.bootstrap,
+            **security.confluent_config(),
+            **{
+                k: v
+                for k, v in self._extra_consumer.items()
+                if k.startswith(("security.", "sasl.", "ssl."))
+            },
+        }
 
     def _subscribe(self, *, without_control: bool = False) -> None:
         """(Re-)subscribe.  ``without_control`` drops ``<prefix>.control`` for a

@@ -350,3 +350,31 @@ def test_mtls_client_certificate_is_the_credential(
     no_cert = cert.with_(cert_file=None, key_file=None)
     with pytest.raises(SecurityError, match="--ssl-cert-file"):
         verify_connection(secure_kafka.mtls_bootstrap, no_cert, timeout_s=30)
+
+
+def test_the_routers_admin_helper_authenticates_with_the_service_credential(
+    tenants: dict[str, Settings],
+) -> None:
+    """The router's periodic checks make their admin requests through a child
+    process (streams/router/admin.py).  Before, its client got no credential from
+    ``Settings.security`` (only from ``extra_consumer_config``): on this cluster
+    every check's request failed and the checks silently decided nothing."""
+    from streams.router import Router, RouterConfig
+    from streams.router.admin import AdminProcess
+
+    svc = tenants["svc"]
+    router = Router(svc, RouterConfig())
+    helper = AdminProcess(router.admin_config())
+    try:
+        assert helper.reaches_cluster(5.0) is True
+        group = RouterConfig().resolved_group_id(svc.prefix)
+        # (a group nobody joined yet may answer NOT_COORDINATOR for a while, as the
+        # router's discovery check sees it: it asks again at its next check)
+        deadline = time.monotonic() + 30.0
+        while (view := helper.describe_group(group, 5.0)) is None:
+            assert time.monotonic() < deadline, "the service credential cannot describe it"
+            time.sleep(0.5)
+        assert view.members == ()
+        assert helper.deaths == 0
+    finally:
+        helper.close()

@@ -15,6 +15,7 @@ import signal
 import sys
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -132,3 +133,22 @@ def test_serve_answers_each_request_and_sends_errors_back() -> None:
     assert [a["id"] for a in answers] == [1, 2]
     assert not any(a["ok"] for a in answers)  # nothing reachable: each says why
     assert "KafkaException" in answers[0]["error"]
+
+
+def test_the_helper_gets_the_routers_security_settings_as_plain_values(tmp_path: Any) -> None:
+    """Before: only ``extra_consumer_config``'s security keys, so on a SASL cluster
+    configured through ``Settings.security`` every admin request of the checks
+    failed to authenticate and the checks silently decided nothing."""
+    from streams.router import Router
+    from streams.security import SecurityConfig
+    from streams.settings import Settings
+
+    pw = tmp_path / "pw"
+    pw.write_text("s3cret\n")
+    security = SecurityConfig(protocol="SASL_SSL", username="svc", password_file=str(pw))
+    router = Router(Settings(bootstrap="127.0.0.1:1", prefix="t", security=security))
+    config = router.admin_config()
+    assert config["bootstrap.servers"] == "127.0.0.1:1"
+    assert config["security.protocol"] == "SASL_SSL"
+    assert (config["sasl.username"], config["sasl.password"]) == ("svc", "s3cret")
+    assert json.loads(json.dumps(config)) == config  # no callback: it travels as JSON

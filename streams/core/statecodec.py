@@ -88,9 +88,28 @@ _CLASS_CACHE: dict[str, type[Any]] = {}
 #: First byte of a compressed state value.  Canonical JSON always starts with
 #: ``{``, so one byte tells the two forms apart and both decode.
 _DEFLATED: Final = b"\x00"
-#: zlib level of compressed states: level 1 already shrinks a session state about
-#: tenfold, cheaply; higher levels cost more (docs/kafka-notes.md "Changelog volume").
+#: Level of compressed states: level 1 already shrinks a session state about
+#: eightfold, cheaply; higher levels cost more (docs/kafka-notes.md "Changelog volume").
 _DEFLATE_LEVEL: Final = 1
+
+
+def _deflater() -> Callable[[bytes, int], bytes]:
+    """ISA-L's deflate (``isal``, a dependency) if it imports, else zlib's.
+
+    Both write zlib streams that :func:`zlib.decompress` reads, so states written
+    by either decode the same (and so do states stored before ISA-L was used).
+    ISA-L level 1 on a 18 KB session state: 14 µs against zlib level 1's 44, and
+    ~6 % smaller (``python tests/bench/bench_statecodec.py``).
+    """
+    try:
+        from isal import isal_zlib
+    except ImportError:  # a platform without an isal wheel: same format, slower
+        return zlib.compress
+    return isal_zlib.compress
+
+
+#: what ``encode_state(..., compress=True)`` compresses with (:func:`_deflater`)
+deflate: Final = _deflater()
 
 
 # ------------------------------------------------------------------ state types
@@ -867,8 +886,8 @@ def encode_state(state: object, *, compress: bool = False) -> bytes:
     trajectory window) is written once per commit per active session and the
     JSON would be many times larger.  The uncompressed form is the canonical one that
     replays and tests compare; :func:`decode_state` reads both.  Compression is
-    deterministic for a given zlib build, not across builds, so compare states
-    by their uncompressed bytes.
+    deterministic for a given compressor build (:data:`deflate`: ISA-L, else
+    zlib), not across builds, so compare states by their uncompressed bytes.
     """
     session_state = _session_state_type()
     if not isinstance(state, session_state):
@@ -876,7 +895,7 @@ def encode_state(state: object, *, compress: bool = False) -> bytes:
     envelope = {"format": STATE_FORMAT, "version": STATE_VERSION, "state": state}
     data = _encode(envelope, "")
     if compress:
-        return _DEFLATED + zlib.compress(data, _DEFLATE_LEVEL)
+        return _DEFLATED + deflate(data, _DEFLATE_LEVEL)
     return data
 
 
@@ -925,6 +944,7 @@ __all__ = [
     "STATE_FORMAT",
     "STATE_VERSION",
     "decode_state",
+    "deflate",
     "encode_state",
     "from_canonical",
     "register_state_type",

@@ -163,6 +163,22 @@ def test_compressed_state_decodes_to_the_same_value_and_is_smaller() -> None:
     assert encode_state(s, compress=True) == packed  # deterministic (same zlib build)
 
 
+def test_compressed_states_are_zlib_streams_either_way() -> None:
+    """The worker compresses with ISA-L (a dependency) and stored states written by
+    stdlib zlib (before it, or where no isal wheel exists) still decode: both are
+    zlib streams, so no stored state needs a migration."""
+    from isal import isal_zlib
+
+    from streams.core import statecodec
+
+    assert statecodec.deflate is isal_zlib.compress  # installed: the fast one is used
+    s = _state(snapshots=(("snap-1", _state(snapshots=())),))
+    plain = encode_state(s)
+    assert zlib.decompress(encode_state(s, compress=True)[1:]) == plain
+    assert decode_state(b"\x00" + zlib.compress(plain, 1)) == s  # an older stored state
+    assert decode_state(b"\x00" + zlib.compress(plain, 9)) == s
+
+
 @pytest.mark.parametrize(
     ("data", "match"),
     [

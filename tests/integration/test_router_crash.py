@@ -107,23 +107,35 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
     log_path = tmp_path / "router.log"
     committed = EventsReader(settings, "read_committed")
     uncommitted = EventsReader(settings, "read_uncommitted")
-    # The first router holds each transaction open for 1.5 s (--batch-idle-ms 0: also
+    # The first router holds each transaction open for 4 s (--batch-idle-ms 0: also
     # when it has caught up), so the kill below lands inside one for sure (its records
     # are already on the broker).
-    router = start_router(settings, log_path, batch_size=100_000, batch_ms=1500, batch_idle_ms=0)
+    router = start_router(settings, log_path, batch_size=100_000, batch_ms=4000, batch_idle_ms=0)
     pub.start()
     try:
-        # Let it commit some transactions, then kill it hard while one is open.
+        # Let it commit some transactions, then kill it hard while one is open, early
+        # in it: once read_committed has stood still for 0.5 s after its last growth
+        # (the last commit is fully read, the next is >= 3 s away) with 100 records
+        # more visible to read_uncommitted, i.e. in the open transaction.  A kill
+        # that only waited for 100 uncommitted records (1.5 s transactions) once
+        # landed while the router was committing them (CI: 0 aborted records left).
         deadline = time.monotonic() + 60
-        while len(committed.keys) < 800 or len(uncommitted.keys) < len(committed.keys) + 100:
+        seen, grew_at = 0, time.monotonic()
+        while True:
             assert time.monotonic() < deadline, log_path.read_text()
             assert router.poll() is None, log_path.read_text()
             committed.poll(0.05)
             uncommitted.poll(0.05)
+            now = time.monotonic()
+            if len(committed.keys) > seen:
+                seen, grew_at = len(committed.keys), now
+            if seen >= 800 and now - grew_at >= 0.5 and len(uncommitted.keys) >= seen + 100:
+                break
         router.send_signal(signal.SIGKILL)
         assert router.wait(10) == -signal.SIGKILL
         killed.set()
         killed_at = len(committed.keys)
+        waited = 60 - (deadline - time.monotonic())
         assert not done.is_set(), "publisher finished before the kill: nothing mid-stream"
         time.sleep(1.0)  # the stream goes on while no router runs
 
@@ -170,7 +182,8 @@ def test_sigkill_mid_stream_then_restart_is_exactly_once(
         everything.close()
     leftovers = len(everything.keys) - len(committed.keys)
     print(
-        f"\ncrash test: {len(published)} published, killed after {killed_at} committed, "
+        f"\ncrash test: {len(published)} published, killed after {killed_at} committed "
+        f"({waited:.1f} s in), "
         f"{len(committed.keys)} committed in the end, {leftovers} aborted records left "
         "in the log (visible only to read_uncommitted)"
     )

@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import IO, Any, Protocol
 
@@ -197,12 +197,19 @@ class AdminProcess:
     """:class:`RouterAdmin` through a child process (module docstring).
 
     Single-threaded: call from one thread.  The child is started at the first
-    request, and again after it died.  ``command`` (tests) replaces the child's
-    command line.
+    request, and again after it died; ``on_death`` (e.g. a metric) is called once
+    per death.  ``command`` (tests) replaces the child's command line.
     """
 
-    def __init__(self, config: Mapping[str, Any], *, command: Sequence[str] | None = None):
+    def __init__(
+        self,
+        config: Mapping[str, Any],
+        *,
+        on_death: Callable[[], None] | None = None,
+        command: Sequence[str] | None = None,
+    ):
         self._config = dict(config)
+        self._on_death = on_death
         self._command = list(command or [sys.executable, "-m", "streams.router.admin"])
         self._proc: subprocess.Popen[str] | None = None
         self._next_id = 0
@@ -353,6 +360,8 @@ class AdminProcess:
                 with contextlib.suppress(OSError):  # (a broken pipe: nothing to flush)
                     stream.close()
         self.deaths += 1
+        if self._on_death is not None:
+            self._on_death()
         how = f"exit status {code}"
         if code < 0:
             try:

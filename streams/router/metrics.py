@@ -126,6 +126,21 @@ class RouterMetrics:
             buckets=TXN_BUCKETS,
             registry=r,
         )
+        self.consumer_replacements = Counter(
+            "trajectory_router_consumer_replacements",
+            "Consumers the router replaced, by reason: fenced (the group fenced it), "
+            "discovery (session topics left without a live owner), stall (partitions "
+            "with records it did not fetch), cut_off (its connections broken while "
+            "the cluster answered another client)",
+            ["reason"],
+            registry=r,
+        )
+        self.admin_helper_deaths = Counter(
+            "trajectory_router_admin_helper_deaths",
+            "The router's admin helper process died (librdkafka's admin client "
+            "aborts around broker outages, librdkafka#4605) and was replaced",
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "trajectory_router_consumer_lag_messages",
             "Per source partition: high watermark - consumer position (sampled)",
@@ -180,6 +195,12 @@ class RouterMetrics:
         self._pending_dlq.clear()
         self.aborts.inc()
         self.aborted_messages.inc(messages)
+
+    def on_consumer_replaced(self, reason: str) -> None:
+        self.consumer_replacements.labels(reason).inc()
+
+    def on_admin_helper_death(self) -> None:
+        self.admin_helper_deaths.inc()
 
     def maybe_sample(self, consumer: Any, assigned: Iterable[Any]) -> None:
         """Every ``sample_interval_s``: lag = cached high watermark - position."""

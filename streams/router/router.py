@@ -737,7 +737,10 @@ class Router:
             self._producer = Producer(producer_conf)
         self._consumer = Consumer(consumer_conf)
         if self._admin is None:  # (kept across consumer restarts; a test may set one)
-            self._admin = AdminProcess(self.admin_config())
+            self._admin = AdminProcess(
+                self.admin_config(),
+                on_death=self.metrics.on_admin_helper_death if self.metrics else None,
+            )
         subscription = [self.settings.session_topic_regex, self._control_topic]
         self._subscription = subscription
         self._subscribe()
@@ -857,8 +860,9 @@ class Router:
                 self.cut_off_restarts += 1
                 self._restart_consumer(
                     f"the consumer's metadata requests failed at {CUT_OFF_CHECKS} discovery "
-                    f"checks in a row (last: {exc.args[0]}) while the admin client reached "
-                    "the cluster at each of them"
+                    f"checks in a row (last: {exc.args[0]}) while the admin helper reached "
+                    "the cluster at each of them",
+                    "cut_off",
                 )
                 return
             log.info("discovery check: cluster metadata failed (%s); checking again", exc)
@@ -931,7 +935,7 @@ class Router:
                 f"{len(plan.stale & self._forced_for)} not placed by a forced rebalance)"
             )
             self.forced_restarts += 1
-            self._restart_consumer(why)
+            self._restart_consumer(why, "discovery")
             return
         log.warning(
             "%d session topic(s) unassigned for %.0f s (e.g. %s; created while no router "
@@ -1164,7 +1168,7 @@ class Router:
         if outcome and outcome[0] is not None:
             raise outcome[0]
 
-    def _restart_consumer(self, why: str) -> None:
+    def _restart_consumer(self, why: str, reason: str) -> None:
         """Replace a consumer that hit a fatal error, or that the group no longer
         counts as itself (:meth:`_check_discovery`); see :data:`MAX_CONSUMER_RESTARTS`.
 
@@ -1187,6 +1191,8 @@ class Router:
                 "--transactional-id (ids must be unique, in either guarantee mode)"
             )
         log.error("%s: replacing the consumer (rejoins from the committed offsets)", why)
+        if self.metrics is not None:
+            self.metrics.on_consumer_replaced(reason)
         if self._inflight is not None:
             self._settle(rewind=False)  # (an abort leaves the rewind to the new consumer)
         if self._in_txn:
@@ -1276,7 +1282,7 @@ class Router:
                 if not self._step(deadline, cfg):
                     break
             except _ConsumerFenced as exc:
-                self._restart_consumer(str(exc))
+                self._restart_consumer(str(exc), "fenced")
             if cfg.status_interval_s:
                 cur = self.stats()
                 if cur.at_s - last_status.at_s >= cfg.status_interval_s:
@@ -1752,7 +1758,8 @@ class Router:
         self._restart_consumer(
             f"consumer stalled: nothing consumed for {idle:.0f} s although "
             f"{len(plan.stale)} assigned partition(s) have records to route (e.g. "
-            f"{topic}[{partition}]: committed {done}, position {pos}, end {end})"
+            f"{topic}[{partition}]: committed {done}, position {pos}, end {end})",
+            "stall",
         )
 
     def _commit_offsets(self) -> None:

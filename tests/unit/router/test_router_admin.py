@@ -68,7 +68,8 @@ def test_a_child_that_dies_is_logged_counted_and_replaced(
     caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(admin_mod, "RESPAWN_MIN_INTERVAL_S", 0.0)
-    proc = AdminProcess(UNREACHABLE)  # the real child
+    deaths: list[int] = []
+    proc = AdminProcess(UNREACHABLE, on_death=lambda: deaths.append(1))  # the real child
     try:
         assert proc.reaches_cluster(0.2) is False  # answered (an error), not dead
         assert proc.deaths == 0 and proc._proc is not None
@@ -76,7 +77,7 @@ def test_a_child_that_dies_is_logged_counted_and_replaced(
         os.kill(pid, signal.SIGABRT)  # what librdkafka's failed assertion does
         with caplog.at_level(logging.WARNING, logger="streams.router.admin"):
             assert proc.describe_group("g", 0.2) is None
-        assert proc.deaths == 1
+        assert proc.deaths == 1 and deaths == [1]  # (the router's metric)
         assert f"pid {pid}) died (signal SIGABRT)" in caplog.text
         assert proc.reaches_cluster(0.2) is False  # a new child answers
         assert proc._proc is not None and proc._proc.pid != pid

@@ -37,6 +37,18 @@ def test_counts_move_only_when_the_transaction_commits() -> None:
     assert s[("trajectory_router_commit_seconds_sum", ())] == pytest.approx(0.02)
 
 
+def test_consumer_replacements_by_reason_and_admin_helper_deaths() -> None:
+    m = RouterMetrics()
+    m.on_consumer_replaced("stall")
+    m.on_consumer_replaced("stall")
+    m.on_consumer_replaced("fenced")
+    m.on_admin_helper_death()
+    s = samples(m)
+    assert s[("trajectory_router_consumer_replacements_total", (("reason", "stall"),))] == 2
+    assert s[("trajectory_router_consumer_replacements_total", (("reason", "fenced"),))] == 1
+    assert s[("trajectory_router_admin_helper_deaths_total", ())] == 1
+
+
 class _TP:
     def __init__(self, topic: str, partition: int, offset: int = -1001) -> None:
         self.topic, self.partition, self.offset = topic, partition, offset

@@ -25,6 +25,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from streams.router import router as router_mod
 from streams.router.admin import GroupMember, GroupView, OffsetsView
 from streams.router.config import RouterConfig
+from streams.router.metrics import RouterMetrics
 from streams.router.router import Owner, Router, _ConsumerFenced, plan_discovery
 from streams.settings import Settings
 
@@ -118,7 +119,7 @@ class FakeAdmin:
 
 @pytest.fixture
 def router(monkeypatch: pytest.MonkeyPatch) -> Router:
-    r = Router(SETTINGS, RouterConfig(guarantee="at-least-once"))
+    r = Router(SETTINGS, RouterConfig(guarantee="at-least-once"), metrics=RouterMetrics())
     r._consumer = FakeConsumer(TOPICS)  # type: ignore[assignment]
     r._subscription = [SETTINGS.session_topic_regex, SETTINGS.control_topic]
     r._admin = FakeAdmin(GHOST)  # type: ignore[assignment]
@@ -137,6 +138,9 @@ def test_a_router_holding_nothing_while_a_ghost_of_itself_owns_its_topics_restar
         router._check_discovery(router._consumer)  # type: ignore[arg-type]
     assert router._consumer is not old and old.closed
     assert router.forced_restarts == 1
+    assert router.metrics is not None  # the operator sees the replacement and why
+    replaced = router.metrics.consumer_replacements.labels("discovery")._value.get()
+    assert replaced == 1
     assert router._consumer.subscribed == [router._subscription]  # type: ignore[union-attr]
     # a late callback of the replaced consumer (its close may run on in a helper
     # thread) must not take the new consumer's partitions away

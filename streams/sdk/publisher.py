@@ -329,8 +329,12 @@ class Publisher:
                     ) from None
                 self._producer.poll(0.1)
             except KafkaException as exc:
+                # (e.g. TOPIC_AUTHORIZATION_FAILED when librdkafka already knows the
+                # ACLs refuse the topic: the same text as the delivery report's)
                 raise DeliveryError.from_kafka(
-                    f"cannot send {what}: {exc}", exc, topic=topic
+                    "cannot send " + delivery_failure(what, topic, exc.args[0], self.settings),
+                    exc,
+                    topic=topic,
                 ) from exc
         self._producer.poll(0)
 

@@ -261,15 +261,7 @@ class AdminProcess:
         proc, self._proc = self._proc, None
         if proc is None:
             return
-        assert proc.stdin is not None and proc.stdout is not None
-        with contextlib.suppress(OSError):  # (it is gone already)
-            proc.stdin.close()  # the child ends at end of input
-        try:
-            proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        proc.stdout.close()
+        _end(proc)  # closing its input ends it
 
     # -- the pipe
     def _call(self, op: str, args: dict[str, Any], timeout_s: float) -> Any:
@@ -350,15 +342,7 @@ class AdminProcess:
     def _reap(self, proc: subprocess.Popen[str]) -> None:
         """The child is gone: log how it ended; the next request starts a new one."""
         self._proc = None
-        try:
-            code = proc.wait(timeout=5.0)
-        except subprocess.TimeoutExpired:  # output closed but still running: end it
-            proc.kill()
-            code = proc.wait()
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):  # (a broken pipe: nothing to flush)
-                    stream.close()
+        code = _end(proc)
         self.deaths += 1
         if self._on_death is not None:
             self._on_death()
@@ -376,6 +360,20 @@ class AdminProcess:
             proc.pid,
             how,
         )
+
+
+def _end(proc: subprocess.Popen[str]) -> int:
+    """Close the child's pipes (its input first: a live child ends at end of input),
+    wait for it (killed after 5 s), and return its exit status."""
+    for stream in (proc.stdin, proc.stdout):
+        if stream is not None:
+            with contextlib.suppress(OSError):  # (a broken pipe: nothing to flush)
+                stream.close()
+    try:
+        return proc.wait(timeout=5.0)
+    except subprocess.TimeoutExpired:  # still running: end it
+        proc.kill()
+        return proc.wait()
 
 
 if __name__ == "__main__":

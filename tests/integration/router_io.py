@@ -101,6 +101,15 @@ def read_topic(
         consumer.close()
 
 
+def session_topics(settings: Any, create_topics: Any, sids: list[str]) -> dict[str, str]:
+    """Create the session topics of ``sids`` and the control topic (the router's
+    subscription); session id -> its topic."""
+    topics = {sid: settings.session_topic(sid) for sid in sids}
+    create_topics(*topics.values())
+    create_topics(settings.control_topic)
+    return topics
+
+
 def headers_of(msg: Any) -> dict[str, bytes]:
     return dict(msg.headers() or [])
 

@@ -12,7 +12,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from router_io import publish, read_topic, running, tool_event, wait_until
+from router_io import publish, read_topic, running, session_topics, tool_event, wait_until
 
 from streams.router import Router, RouterConfig
 from streams.serde import EventSerde
@@ -27,9 +27,7 @@ def test_an_ended_sessions_topic_is_paused_and_a_late_event_still_routed(
     settings: Settings, create_topics: Any, guarantee: str
 ) -> None:
     sids = ["ended-a", "ended-b", "live"]
-    topics = {sid: settings.session_topic(sid) for sid in sids}
-    create_topics(*topics.values())
-    create_topics(settings.control_topic)
+    topics = session_topics(settings, create_topics, sids)
     config = RouterConfig(
         guarantee=guarantee,  # type: ignore[arg-type]
         batch_max_ms=20,

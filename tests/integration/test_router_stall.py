@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import Producer
-from router_io import publish, read_topic, running, tool_event, wait_until
+from router_io import publish, read_topic, running, session_topics, tool_event, wait_until
 
 from streams.router import Router, RouterConfig
 from streams.router import router as router_mod
@@ -35,9 +35,7 @@ def test_a_consumer_that_stops_fetching_is_replaced_and_nothing_is_lost(
 ) -> None:
     monkeypatch.setattr(router_mod, "STALL_CHECK_S", 0.5)
     sids = ["stall-a", "stall-b"]
-    topics = {sid: settings.session_topic(sid) for sid in sids}
-    create_topics(*topics.values())
-    create_topics(settings.control_topic)
+    topics = session_topics(settings, create_topics, sids)
     config = RouterConfig(
         guarantee=guarantee,  # type: ignore[arg-type]
         batch_max_ms=20,

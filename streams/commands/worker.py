@@ -50,7 +50,7 @@ import os
 import sys
 
 from streams.errors import EXIT_STOP_TIMEOUT, ConfigError
-from streams.worker.config import WorkerConfig
+from streams.worker.config import DEFAULT_ENGINE_FLUSH_INTERVAL_S, WorkerConfig
 
 #: ``gc.set_threshold`` of a worker process (why: see :func:`run`); the benches
 #: that model the worker's path in one process set the same.
@@ -106,9 +106,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="SECONDS",
-        help="flush the table state and commit offsets this often (default 1.0): the "
-        "tables and HTTP views lag by at most this much, and a crash re-processes up to "
+        help="flush the counters, budgets and minutes and commit offsets this often "
+        "(default 1.0): those tables and the HTTP views lag by at most this much (the "
+        "detector state: see --engine-flush-interval), and a crash re-processes at least "
         "this much; longer is cheaper per event with many active sessions",
+    )
+    parser.add_argument(
+        "--engine-flush-interval",
+        type=float,
+        default=DEFAULT_ENGINE_FLUSH_INTERVAL_S,
+        metavar="SECONDS",
+        help="write a session's changed detector state (tens of KB) at the first commit "
+        "after it has waited this long, not at every commit (default "
+        f"{DEFAULT_ENGINE_FLUSH_INTERVAL_S:g}; 0: every commit). Counters, budgets and "
+        "minutes still follow --commit-interval; offsets are committed only up to the "
+        "first event a waiting state lacks, so a crash re-processes up to this much",
     )
     parser.add_argument(
         "--timer-interval",
@@ -168,6 +180,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         group_instance_id=args.worker_id,  # static membership: see --worker-id
         with_engine=not args.no_engine,
         commit_interval_s=args.commit_interval,
+        engine_flush_interval_s=args.engine_flush_interval,
         timer_interval_s=args.timer_interval,
         max_sessions_in_memory=args.max_sessions_in_memory,
         session_timeout_s=args.session_timeout,

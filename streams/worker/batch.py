@@ -244,7 +244,7 @@ class EventBatchHandler:
                 if refused is not None:
                     raise refused
                 # InvalidEventError from the engine comes before any table changed
-                result = processor.apply(event, record.partition)
+                result = processor.apply(event, record.partition, record.offset)
                 outs = []
                 if encoder is not None:
                     try:

@@ -37,6 +37,9 @@ DEFAULT_SESSION_TIMEOUT_S = 10.0
 #: The broker's default group.min.session.timeout.ms / group.max.session.timeout.ms.
 MIN_SESSION_TIMEOUT_S = 6.0
 MAX_SESSION_TIMEOUT_S = 1800.0
+#: How long a session's changed engine state may wait for its flush while its
+#: counters are flushed at every commit (docs/guarantees.md "Engines wait").
+DEFAULT_ENGINE_FLUSH_INTERVAL_S = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +57,9 @@ class WorkerConfig:
     (``engine_config``, default ``EngineConfig()``).  ``timer_interval_s`` None or 0:
     no timer assessments.  ``metrics`` defaults to a fresh ``WorkerMetrics``.
     ``max_sessions_in_memory`` bounds the decoded per-session caches.
+    ``engine_flush_interval_s``: a session's engine state is written at the first
+    commit after it has been dirty this long (new, ended: at the next commit), its
+    partition's offset commit held back meanwhile; 0 writes it at every commit.
     ``view_auth`` / ``web_ssl_context``: bearer tokens / HTTPS for the HTTP view.
 
     ``group_instance_id`` makes the worker a *static* group member (KIP-345): one
@@ -71,6 +77,7 @@ class WorkerConfig:
     partitions: int | None = None
     decode: Decoder | None = None
     commit_interval_s: float = 1.0
+    engine_flush_interval_s: float = DEFAULT_ENGINE_FLUSH_INTERVAL_S
     with_engine: bool = True
     engine_config: EngineConfig | None = None
     producer_linger_s: float = 0.005
@@ -95,6 +102,11 @@ class WorkerConfig:
         if not self.commit_interval_s > 0:
             raise ConfigError(
                 "--commit-interval", f"{self.commit_interval_s}: give a positive number of seconds"
+            )
+        if not self.engine_flush_interval_s >= 0:
+            raise ConfigError(
+                "--engine-flush-interval",
+                f"{self.engine_flush_interval_s}: give seconds >= 0 (0: every commit)",
             )
         if self.timer_interval_s is not None and not self.timer_interval_s > 0:
             raise ConfigError(
@@ -127,6 +139,7 @@ class WorkerConfig:
 
 
 __all__ = [
+    "DEFAULT_ENGINE_FLUSH_INTERVAL_S",
     "DEFAULT_SESSION_TIMEOUT_S",
     "MAX_SESSION_TIMEOUT_S",
     "MIN_SESSION_TIMEOUT_S",

@@ -413,6 +413,20 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                     tps.add(tp)
         return iter(tps)
 
+    #: True while a revoke or a stop commits (``wait_empty``): every dirty engine is
+    #: flushed, not only the due ones, so the commit covers all handled events
+    _flush_all_engines = False
+
+    async def wait_empty(self) -> None:
+        """Faust's wait before a revoke's or a stop's last commit, with every engine
+        flushed at that commit: the next owner of a partition then starts from the
+        last handled event, not from the first one a waiting engine had not written."""
+        self._flush_all_engines = True
+        try:
+            await super().wait_empty()
+        finally:
+            self._flush_all_engines = False
+
     async def on_partitions_revoked(self, revoked: Any) -> None:
         handler = self._handler
         await super().on_partitions_revoked(revoked)
@@ -457,9 +471,26 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         async with flusher.lock:
             started = time.perf_counter()
             async with handler.lock:
+                # engines not due wait for a later commit, and hold their partitions'
+                # offsets back (EventProcessor.plan_engines); a revoke or a stop
+                # (wait_empty) flushes every one
+                plan = processor.plan_engines(
+                    time.monotonic(), 0.0 if self._flush_all_engines else flusher.engine_wait_s
+                )
                 commit_offsets = self._filter_committable_offsets(tps)
-                pending = processor.take_dirty(engines=False)
-                engine_ids = processor.dirty_engine_ids()
+                held = 0
+                if plan.hold:
+                    for tp in list(commit_offsets):
+                        limit = plan.hold.get(tp.partition) if tp.topic == handler.topic else None
+                        if limit is not None and commit_offsets[tp] > limit:
+                            held += 1
+                            if self._should_commit(tp, limit):
+                                commit_offsets[tp] = limit
+                            else:
+                                del commit_offsets[tp]
+                pending = processor.take_dirty(engines=False, later=plan.due)
+                engine_ids = list(plan.due)
+                flusher.note_plan(len(engine_ids), plan.waiting, held)
             # Engine snapshots a slice at a time, between batches.
             i = 0
             while i < len(engine_ids):
@@ -785,8 +816,23 @@ class StateFlusher:
     #: ...and after this many store + changelog writes.
     WRITE_CHUNK = 32
 
-    def __init__(self, processor: EventProcessor, tables: dict[str, Any], producer: Any) -> None:
+    def __init__(
+        self,
+        processor: EventProcessor,
+        tables: dict[str, Any],
+        producer: Any,
+        *,
+        engine_wait_s: float = 0.0,
+    ) -> None:
         self.processor = processor
+        #: ``--engine-flush-interval``: how long a dirty engine may wait for its flush
+        #: (:meth:`EventProcessor.plan_engines`); 0 flushes every one at every commit
+        self.engine_wait_s = engine_wait_s
+        #: engines flushed, engines left waiting, and commits whose offset a waiting
+        #: engine held back (a partition each), over this worker's life (``/stats``)
+        self.engines_flushed = 0
+        self.engines_waiting = 0
+        self.offsets_held = 0
         self.tables = tables
         #: the app's producer (a :class:`_DeliveringProducer`): changelog batches
         self.producer = producer
@@ -800,6 +846,13 @@ class StateFlusher:
         #: changelog records and batches queued so far (``/stats``)
         self.changelog_records = 0
         self.changelog_batches = 0
+
+    def note_plan(self, due: int, waiting: int, held: int) -> None:
+        """Record one commit's engine plan: ``due`` engines taken, ``waiting`` left
+        dirty, ``held`` partitions whose offset commit a waiting engine held back."""
+        self.engines_flushed += due
+        self.engines_waiting = waiting
+        self.offsets_held += held
 
     def note_flush(self, values: int, seconds: float) -> None:
         """Record how long one commit-time flush took (``/stats``; slow ones are logged)."""
@@ -985,6 +1038,7 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
     partitions = config.partitions
     decode = config.decode
     commit_interval_s = config.commit_interval_s
+    engine_flush_interval_s = config.engine_flush_interval_s
     with_engine = config.with_engine
     engine_config = config.engine_config
     producer_linger_s = config.producer_linger_s
@@ -1083,6 +1137,7 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
             **({ENGINES_TABLE: engines} if engines is not None else {}),
         },
         app.producer,
+        engine_wait_s=engine_flush_interval_s if with_engine else 0.0,
     )
     app.state_flusher = flusher
 
@@ -1215,11 +1270,16 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
             "unencodable_values": flusher.unencodable,
             "last_flush_s": round(flusher.last_flush_s, 4),
             "max_flush_s": round(flusher.max_flush_s, 4),
+            "engines_flushed": flusher.engines_flushed,
+            "engines_waiting": flusher.engines_waiting,
+            "offsets_held": flusher.offsets_held,
             "batches": handler.batches,
         },
         metrics=metrics,
         events_topic=settings.events_topic,
         auth=view_auth,
+        held_assessment=processor.held_assessment if with_engine else None,
+        held_state=processor.held_state if with_engine else None,
     )
 
     return WorkerApp(

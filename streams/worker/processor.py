@@ -35,6 +35,11 @@ Invariants:
   one (issue #15: sessions evicted in that gap went backwards).  A flush that
   fails hands its values back with :meth:`untake` (dirty again), so a later flush
   writes them: a failed flush never loses state.
+* **Engines wait** (:meth:`EventProcessor.plan_engines`): a dirty engine may stay
+  dirty over several commits while its counters are flushed at each; the commit
+  then holds its partition's offset back to the first event the engine has not
+  written, so a crash redelivers every event a stored engine lacks.  A stored
+  session's counters may be ahead of its engine, never behind.
 * An event whose ``seq`` a value already covers changes nothing in it, but
   marks it dirty: after a crash the local store can be ahead of the changelog
   (the flush writes the store first), and a redelivery is the moment to write
@@ -43,7 +48,7 @@ Invariants:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
@@ -107,6 +112,19 @@ class PendingWrite:
         v = self.value
         data = encode_state(v, compress=True) if isinstance(v, SessionState) else v.encode()
         return TableWrite(self.table, self.partition, self.key, data)
+
+
+@dataclass(frozen=True, slots=True)
+class EnginePlan:
+    """What :meth:`EventProcessor.plan_engines` decided for one commit."""
+
+    #: sessions whose engine the commit takes (with their counters)
+    due: tuple[str, ...]
+    #: events partition -> the lowest offset a waiting engine has not written: the
+    #: commit of that partition goes no further
+    hold: dict[int, int]
+    #: how many dirty engines wait (not due)
+    waiting: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -185,7 +203,17 @@ class EventProcessor:
         self._partition: dict[str, int | None] = {}
         self._dirty_sessions: set[str] = set()
         self._dirty_budgets: set[str] = set()
-        self._dirty_engines: set[str] = set()
+        #: session id -> when its engine became dirty: the time given to the
+        #: :meth:`plan_engines` call before that (``-inf`` for a change to flush at the
+        #: next commit); insertion-ordered, like a set
+        self._dirty_engines: dict[str, float] = {}
+        #: session id -> (partition, offset) of the first event applied to its engine
+        #: since it was last taken (offset None: not given, so the engine cannot wait)
+        self._engine_first: dict[str, tuple[int | None, int | None]] = {}
+        #: engines created new (nothing stored yet) and not yet taken
+        self._new_engines: set[str] = set()
+        #: the ``now_s`` of the last :meth:`plan_engines` (stamps newly dirty engines)
+        self._plan_s = float("-inf")
         #: minute key -> (session id, value): older minutes must survive until the flush
         self._dirty_minutes: dict[str, tuple[str, MinuteCounts]] = {}
         #: (table, key) -> (session id, value) taken for a flush and not yet written
@@ -224,6 +252,7 @@ class EventProcessor:
         self._lineage.clear()
         self._partition.clear()
         self._recency.clear()
+        self._new_engines.clear()
 
     def evict(self) -> int:
         """Forget clean sessions: every ended one, then the least recently touched
@@ -237,7 +266,7 @@ class EventProcessor:
         dirty = (
             self._dirty_sessions
             | self._dirty_budgets
-            | self._dirty_engines
+            | self._dirty_engines.keys()
             | {sid for sid, _ in self._dirty_minutes.values()}
             | {sid for sid, _ in self._inflight.values()}
         )
@@ -268,6 +297,7 @@ class EventProcessor:
             self._recency,
         ):
             cache.pop(sid, None)
+        self._new_engines.discard(sid)
 
     def sessions_in_memory(self) -> tuple[str, ...]:
         return tuple(self._sessions)
@@ -352,6 +382,7 @@ class EventProcessor:
             state = self._stored_engine_state(sid)
             if state is None:
                 engine = SessionEngine.create(sid, cfg)
+                self._new_engines.add(sid)  # flushed at the next commit (plan_engines)
             else:
                 engine = SessionEngine.build(cfg, state)
             self._engines[sid] = engine
@@ -362,14 +393,35 @@ class EventProcessor:
         """The session's engine state right now (e.g. for a snapshot record)."""
         return self._engine(session_id).snapshot()
 
+    def held_assessment(self, session_id: str) -> tuple[bool, CurrentAssessment | None]:
+        """``(True, current)`` when the session's engine is in memory (its current
+        assessment, possibly newer than the engines table: engines wait for their
+        flush, see :meth:`plan_engines`), else ``(False, None)``; never loads one."""
+        engine = self._engines.get(session_id)
+        if engine is None:
+            return False, None
+        return True, engine.current
+
+    def held_state(self, session_id: str) -> SessionState | None:
+        """The state of the session's engine if it is in memory (a snapshot, possibly
+        newer than the engines table), else None; never loads one."""
+        engine = self._engines.get(session_id)
+        return None if engine is None else engine.snapshot()
+
     def current_assessment(self, session_id: str) -> CurrentAssessment | None:
         """The session engine's current assessment (e.g. after a ``restore``)."""
         return self._engine(session_id).current
 
     # ------------------------------------------------------------------- apply
 
-    def apply(self, event: TraceEvent, partition: int | None = None) -> ApplyResult:
-        """Apply ``event`` (from ``partition`` of the source topic) in memory.
+    def apply(
+        self, event: TraceEvent, partition: int | None = None, offset: int | None = None
+    ) -> ApplyResult:
+        """Apply ``event`` (from ``partition`` of the source topic, at ``offset``) in memory.
+
+        ``offset`` lets the session's engine wait for a later flush than its counters
+        (:meth:`plan_engines` holds that partition's offset commit back to it); an
+        engine changed by an event without one is flushed at the next commit.
 
         Raises :class:`~streams.errors.InvalidEventError` before any value
         changed if the event is invalid, including one whose content cannot be
@@ -381,7 +433,12 @@ class EventProcessor:
         if self.engines is not None:
             # may raise InvalidEventError: nothing changed yet
             engine_out = self._engine(sid).on_event(event)
-            self._dirty_engines.add(sid)  # applied, or a redelivery (see the invariants)
+            # applied, or a redelivery (see the invariants)
+            if sid not in self._dirty_engines:
+                self._dirty_engines[sid] = self._plan_s
+                self._engine_first[sid] = (partition, offset)
+            elif sid not in self._engine_first:  # dirty from the timer only
+                self._engine_first[sid] = (partition, offset)
         self._partition[sid] = partition
         recency = self._recency
         if sid in recency:
@@ -510,14 +567,70 @@ class EventProcessor:
             current = engine.on_timer(now_ms)
             if current is None:
                 continue
-            self._dirty_engines.add(sid)
+            # no event, so no offset to hold back: a timer-made change waits like any
+            # (lost in a crash, the timer makes it again)
+            self._dirty_engines.setdefault(sid, self._plan_s)
             if current.assessments:
                 out.append(TimerAssessment(self._lineage.get(sid, Lineage(sid)), current))
         return out
 
     # ------------------------------------------------------------------- flush
 
-    def take_dirty(self, *, engines: bool = True) -> list[PendingWrite]:
+    def plan_engines(self, now_s: float, wait_s: float) -> EnginePlan:
+        """Which dirty engines a commit at ``now_s`` flushes, and how far each events
+        partition's offset commit may go while the other engines wait.
+
+        Why: an engine state is tens of KB to snapshot and encode, the counters a few
+        hundred bytes; flushing each session's engine at every 1 s commit was most of
+        the worker's CPU at one event per session per second (docs/faust-notes.md
+        "Measured costs").  So an engine waits up to ``wait_s`` (``--engine-flush-
+        interval``) and covers the events of several commits in one write, while the
+        counters, budgets and minutes are flushed at every commit as before.
+
+        An engine is *due* when it became dirty at a plan ``wait_s`` or more before
+        ``now_s`` (``now_s`` is any monotonic clock; the stamp of a change is the
+        ``now_s`` of the plan before it, so it waits ``wait_s`` to ``wait_s`` + one
+        commit interval), when nothing of it is stored yet (a new session: the views
+        and :meth:`adopt` read the table), when its session ended, when it was handed
+        back by :meth:`untake`, or when an event without ``partition`` and ``offset``
+        changed it (nothing to hold back).  ``wait_s`` 0 makes every dirty engine due.
+
+        Invariant (never lose an event): ``hold[p]`` is the lowest offset of an event
+        in partition ``p`` that changed a waiting engine since it was last taken.  The
+        worker commits no offset above it, so after a crash every event a waiting
+        engine had not written is delivered again; the engine applies it (its own
+        ``last_seq`` is older) while the counters, flushed ahead, ignore it (their
+        ``last_seq`` covers it).  Counters ahead of the engine is the safe order: an
+        engine ahead would skip the redelivered event and its patterns would never be
+        tallied in the counters (see :meth:`take_dirty`).
+        """
+        self._plan_s = now_s
+        cutoff = now_s - wait_s
+        due: list[str] = []
+        hold: dict[int, int] = {}
+        first = self._engine_first
+        new = self._new_engines
+        sessions = self._sessions
+        for sid, since in self._dirty_engines.items():
+            at = first.get(sid)
+            if (
+                since <= cutoff
+                or sid in new
+                or (at is not None and (at[0] is None or at[1] is None))
+                or ((c := sessions.get(sid)) is not None and c.ended)
+            ):
+                due.append(sid)
+            elif at is not None:
+                partition, offset = at
+                assert partition is not None and offset is not None
+                held = hold.get(partition)
+                if held is None or offset < held:
+                    hold[partition] = offset
+        return EnginePlan(tuple(due), hold, len(self._dirty_engines) - len(due))
+
+    def take_dirty(
+        self, *, engines: bool = True, later: Collection[str] | None = None
+    ) -> list[PendingWrite]:
         """Every dirty value *as of now* (immutable, not yet encoded); clears the dirty sets.
 
         Cheap: the budgets and minutes are frozen values already, the counters are
@@ -527,23 +640,33 @@ class EventProcessor:
         run in between (``PendingWrite.encode`` gives the bytes of the value at the
         time of this call, whatever the session does next).
 
-        ``engines=False`` leaves the dirty engines, and the counters of those
-        sessions, alone (they stay dirty): the worker then takes them a few at a time
-        with :meth:`take_engines`, because
-        snapshotting them all at once held the batch lock too long
-        (docs/faust-notes.md "Measured costs behind the worker's code").
+        ``engines=False`` takes no engine and leaves the counters of the sessions in
+        ``later`` (default: every dirty engine's) dirty too: the worker takes those
+        engines a few at a time with :meth:`take_engines`, which takes their counters
+        with them, because snapshotting them all at once held the batch lock too long
+        (docs/faust-notes.md "Measured costs behind the worker's code").  The
+        counters of a dirty engine *not* in ``later`` (one that waits, see
+        :meth:`plan_engines`) are taken here.
         """
         part = self._partition.get
         pending: list[PendingWrite] = []
-        # A session's counters carry the engine's pattern tallies: a deferred engine
-        # takes its counters with it (take_engines), so the two always cover the
-        # same events.
-        deferred = set() if engines else self._dirty_engines
-        for sid in self._dirty_sessions - deferred:
+        # A session's counters carry the engine's pattern tallies: an engine taken
+        # later than this call (a later slice of the same commit) may cover more
+        # events, so it takes its counters with it (take_engines) and the counters
+        # are never behind it.
+        deferred: Collection[str]
+        if engines:
+            deferred = ()
+        elif later is None:
+            deferred = self._dirty_engines.keys()
+        else:
+            deferred = set(later)
+        taken = [sid for sid in self._dirty_sessions if sid not in deferred]
+        for sid in taken:
             s = self._sessions.get(sid)
             if s is not None:
                 pending.append(PendingWrite("sessions", part(sid), sid.encode(), s.freeze(), sid))
-        self._dirty_sessions &= deferred
+        self._dirty_sessions.difference_update(taken)
         for sid in self._dirty_budgets:
             b = self._budgets.get(sid)
             if b is not None:
@@ -573,10 +696,12 @@ class EventProcessor:
         """
         part = self._partition.get
         pending: list[PendingWrite] = []
+        dirty = self._dirty_engines
         for sid in session_ids:
-            if sid not in self._dirty_engines:
+            if dirty.pop(sid, None) is None:
                 continue
-            self._dirty_engines.discard(sid)
+            self._engine_first.pop(sid, None)
+            self._new_engines.discard(sid)
             e = self._engines.get(sid)
             if e is not None:
                 pending.append(PendingWrite("engines", part(sid), sid.encode(), e.snapshot(), sid))
@@ -632,7 +757,8 @@ class EventProcessor:
                     self._dirty_budgets.add(sid)
             elif p.table == "engines":
                 if sid in self._engines:
-                    self._dirty_engines.add(sid)
+                    # never written: due at the next plan (no offset to hold back by)
+                    self._dirty_engines[sid] = float("-inf")
             else:
                 assert isinstance(p.value, MinuteCounts)
                 self._dirty_minutes.setdefault(p.key.decode(), (sid, p.value))
@@ -728,6 +854,7 @@ def write_all(writes: Iterable[TableWrite], tables: dict[TableName, BytesTable])
 __all__ = [
     "ApplyResult",
     "BytesTable",
+    "EnginePlan",
     "EventProcessor",
     "Lineage",
     "PendingWrite",

@@ -34,7 +34,9 @@ request between them; the second one answers from its own tables (404 with a
 hint if it does not have the session).
 
 Invariants: the markdown body of ``/assessment`` is ``CurrentAssessment.render()``
-of the engine state in the ``engines`` table -- the same core, hence
+of the session's engine: the one in the worker's memory when it holds it (newer
+than the table while it waits for its flush), else the ``engines`` table's -- the
+same core, hence
 byte-identical to ``trajectory analyze``'s rendering of the same events.  The
 views never write a table.  Every error is JSON ``{"error": ..., "session_id":
 ..., "hint": ...}`` (markdown for ``/assessment`` unless JSON was asked for):
@@ -313,11 +315,19 @@ def register_views(
     metrics: WorkerMetrics | None = None,
     events_topic: str | None = None,
     auth: ViewAuth | None = None,
+    held_assessment: Callable[[str], tuple[bool, CurrentAssessment | None]] | None = None,
+    held_state: Callable[[str], SessionState | None] | None = None,
 ) -> None:
     """Register the views above on ``app`` (a ``faust.App``); tables are Faust tables.
 
     ``auth``: bearer tokens per tenant (:mod:`streams.worker.auth`); None leaves the
     view open.
+
+    ``held_assessment(session_id)``: ``(True, current)`` for a session whose engine
+    the worker holds in memory (``EventProcessor.held_assessment``), and
+    ``held_state(session_id)`` its state (``EventProcessor.held_state``): the views
+    show those, which are newer than the ``engines`` table while the engine waits
+    for its flush (``--engine-flush-interval``); else they read the table.
 
     ``stats()`` gives the ``/stats`` body.  ``/metrics`` is served when ``metrics``
     is given; with ``events_topic`` it samples the consumer lag of that topic at
@@ -329,6 +339,15 @@ def register_views(
     route_table = sessions.name
     route_topic = sessions.changelog_topic.get_topic_name()
     route_partitions = int(sessions.partitions)
+
+    def current_of(session_id: str) -> CurrentAssessment | None:
+        """The session's current assessment: the held engine's, else the table's."""
+        if held_assessment is not None:
+            held, current = held_assessment(session_id)
+            if held:
+                return current
+        eng = states.get(session_id)
+        return eng[0].current if eng is not None else None
 
     def owned_partitions() -> set[int]:
         """Partitions of the route table assigned to this worker (same metadata as routing)."""
@@ -482,8 +501,7 @@ def register_views(
                 if not caller.may_see(sid):
                     continue  # a tenant token lists its own tenant's sessions only
                 counters = SessionCounters.decode(raw)
-                eng = states.get(sid)
-                current = eng[0].current if eng is not None else None
+                current = current_of(sid)
                 has = current is not None and bool(current.assessments)
                 rows.append(
                     SessionRow(
@@ -531,8 +549,7 @@ def register_views(
                         404,
                         not as_json,
                     )
-                eng = states.get(session_id)
-                current = eng[0].current if eng is not None else None
+                current = current_of(session_id)
                 if current is None or not current.assessments:
                     return error_response(
                         self,
@@ -571,6 +588,9 @@ def register_views(
                     return out
                 braw = budgets.get(key)
                 eng = states.get(session_id)
+                held = held_state(session_id) if held_state is not None else None
+                if held is not None:  # newer than the table; state_bytes: the stored size
+                    eng = (held, eng[1] if eng is not None else 0)
                 out = self.json(
                     {
                         "session_id": session_id,

@@ -38,8 +38,8 @@ T0 = 1_767_225_600_000
 class Worker(WorkerProc):
     """The shared worker launcher (memory store), asking for JSON by default."""
 
-    def __init__(self, settings: Settings, data_dir: Path) -> None:
-        super().__init__(settings, data_dir, store="memory")
+    def __init__(self, settings: Settings, data_dir: Path, extra: tuple[str, ...] = ()) -> None:
+        super().__init__(settings, data_dir, store="memory", extra=extra)
 
     def raw(self, path: str, accept: str | None = None) -> tuple[int, str, bytes]:
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}")
@@ -278,6 +278,58 @@ def _assessments_published(events: list[TraceEvent]) -> int:
         out = eng.on_event(ev)
         n += out.assessment is not None and bool(out.assessment.assessments)
     return n
+
+
+@pytest.mark.timeout(240)
+def test_the_views_show_an_engine_that_waits_for_its_flush(
+    settings: Settings, tmp_path: Path
+) -> None:
+    """Engines wait for their flush (``--engine-flush-interval``; docs/guarantees.md
+    "Engines wait for their flush"): the assessment, the list and the state view show
+    the worker's in-memory engine, not the older ``engines`` table."""
+    import dataclasses
+
+    from streams.core.statecodec import decode_state
+    from streams.replay.state import read_changelogs
+
+    sid = "wait-1"
+    head, tail = healthy(sid, n=2), looping(sid, n=8)
+    tail = [
+        dataclasses.replace(e, seq=e.seq + len(head), timestamp_ms=e.timestamp_ms + 60_000)
+        for e in tail
+    ]
+    events = head + tail
+    want = offline(events).final(sid)
+    assert want is not None and want.assessments and want.severity == "warning"
+    assert offline(head).final(sid) is None or not offline(head).final(sid).assessments
+    w = Worker(settings, tmp_path / "w", extra=("--engine-flush-interval", "600"))
+    try:
+        produce(settings, head)
+        wait_caught_up([w], {sid: head[-1].seq})
+        time.sleep(2.5)  # the new engine's own flush (due at once) is behind us
+        produce(settings, tail)
+        wait_caught_up([w], {sid: tail[-1].seq})
+        # the premise: the engines changelog is still behind the counters
+        tables, missing = read_changelogs(settings.bootstrap, settings.prefix, session_ids=[sid])
+        assert not missing and sid.encode() in tables["engines"], missing
+        stored = decode_state(tables["engines"][sid.encode()])
+        assert stored.last_seq < tail[-1].seq, "the engine did not wait: nothing tested"
+        _, stats = w.get("/stats")
+        assert stats["engines_waiting"] >= 1 and stats["offsets_held"] >= 1, stats
+
+        status, _, body = w.raw(f"/sessions/{sid}/assessment")
+        assert status == 200 and body == want.render().encode("utf-8"), body
+        _, rows = w.get("/sessions")
+        (row,) = [r for r in rows["sessions"] if r["session_id"] == sid]
+        assert (row["severity"], row["assessment_seq"]) == (want.severity, want.seq), row
+        status, state = w.get(f"/sessions/{sid}/state")
+        assert status == 200 and state["engine"]["last_seq"] == tail[-1].seq, state
+        assert state["engine"]["assessment"]["rendered"] == want.render()
+    finally:
+        assert w.stop() == 0, w.log_tail()
+    # a clean stop flushes the waiting engine
+    tables, _ = read_changelogs(settings.bootstrap, settings.prefix, session_ids=[sid])
+    assert decode_state(tables["engines"][sid.encode()]).last_seq == tail[-1].seq
 
 
 @pytest.mark.timeout(360)

@@ -167,10 +167,12 @@ def test_an_unexpected_error_sends_what_came_before_and_commits_only_that() -> N
     boom = RuntimeError("disk on fire")
 
     class Exploding(EventProcessor):
-        def apply(self, event: TraceEvent, partition: int | None = None) -> Any:
+        def apply(
+            self, event: TraceEvent, partition: int | None = None, offset: int | None = None
+        ) -> Any:
             if event.seq == 3:
                 raise boom
-            return super().apply(event, partition)
+            return super().apply(event, partition, offset)
 
     h = handler(sent, Exploding({}, {}, {}, {}))
     with pytest.raises(RuntimeError, match="disk on fire"):
@@ -285,11 +287,11 @@ def test_metrics_count_every_handled_event_once_per_batch() -> None:
     real = h.processor.apply
     calls: list[TraceEvent] = []
 
-    def fail_third(event: TraceEvent, partition: int | None) -> Any:
+    def fail_third(event: TraceEvent, partition: int | None, offset: int | None) -> Any:
         calls.append(event)
         if len(calls) == 3:
             raise RuntimeError("engine bug")
-        return real(event, partition)
+        return real(event, partition, offset)
 
     h.processor.apply = fail_third  # type: ignore[method-assign]
     with pytest.raises(RuntimeError, match="engine bug"):

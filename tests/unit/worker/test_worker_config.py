@@ -30,6 +30,8 @@ def test_it_is_frozen() -> None:
         ({"store": "redis"}, "--store", "rocksdb or memory"),
         ({"commit_interval_s": 0}, "--commit-interval", "positive number of seconds"),
         ({"commit_interval_s": float("nan")}, "--commit-interval", "positive"),
+        ({"engine_flush_interval_s": -1}, "--engine-flush-interval", "seconds >= 0"),
+        ({"engine_flush_interval_s": float("nan")}, "--engine-flush-interval", "0: every commit"),
         ({"timer_interval_s": -1}, "--timer-interval", "positive number of seconds"),
         ({"session_timeout_s": 1.0}, "--session-timeout", "6-1800"),
         ({"session_timeout_s": 2000.0}, "--session-timeout", "6-1800"),

@@ -214,6 +214,9 @@ class EventProcessor:
         self._new_engines: set[str] = set()
         #: the ``now_s`` of the last :meth:`plan_engines` (stamps newly dirty engines)
         self._plan_s = float("-inf")
+        #: the fraction of an engine flush :meth:`plan_engines` carries to the next
+        #: plan (a few sessions over many commits still get their share)
+        self._flush_credit = 0.0
         #: minute key -> (session id, value): older minutes must survive until the flush
         self._dirty_minutes: dict[str, tuple[str, MinuteCounts]] = {}
         #: (table, key) -> (session id, value) taken for a flush and not yet written
@@ -587,13 +590,19 @@ class EventProcessor:
         interval``) and covers the events of several commits in one write, while the
         counters, budgets and minutes are flushed at every commit as before.
 
-        An engine is *due* when it became dirty at a plan ``wait_s`` or more before
-        ``now_s`` (``now_s`` is any monotonic clock; the stamp of a change is the
-        ``now_s`` of the plan before it, so it waits ``wait_s`` to ``wait_s`` + one
-        commit interval), when nothing of it is stored yet (a new session: the views
-        and :meth:`adopt` read the table), when its session ended, when it was handed
-        back by :meth:`untake`, or when an event without ``partition`` and ``offset``
-        changed it (nothing to hold back).  ``wait_s`` 0 makes every dirty engine due.
+        Which engines are *due*, oldest change first: as many as the share of
+        ``wait_s`` elapsed since the last plan makes of all dirty engines (fractions
+        carried to the next plan; at a 1 s commit and 5 s, a fifth of them per
+        commit: each engine waits about
+        ``wait_s``, and the flushes are spread over the commits instead of all
+        sessions' engines falling due at one commit, which they did, 1,000 at once,
+        when sessions with one event per second all got dirty in the same second);
+        besides those, every engine dirty for ``2 * wait_s`` or more (``now_s`` is
+        any monotonic clock; a change is stamped with the ``now_s`` of the plan
+        before it), one of which nothing is stored yet (a new session: the views and
+        :meth:`adopt` read the table), whose session ended, that :meth:`untake`
+        handed back, or that an event without ``partition`` and ``offset`` changed
+        (nothing to hold back).  ``wait_s`` 0 makes every dirty engine due.
 
         Invariant (never lose an event): ``hold[p]`` is the lowest offset of an event
         in partition ``p`` that changed a waiting engine since it was last taken.  The
@@ -604,16 +613,28 @@ class EventProcessor:
         engine ahead would skip the redelivered event and its patterns would never be
         tallied in the counters (see :meth:`take_dirty`).
         """
+        dirty = self._dirty_engines
+        if wait_s <= 0:
+            budget = len(dirty)
+        else:
+            elapsed = min(wait_s, max(0.0, now_s - self._plan_s))
+            credit = self._flush_credit + len(dirty) * elapsed / wait_s
+            budget = min(len(dirty), int(credit + 1e-9))
+            self._flush_credit = min(1.0, max(0.0, credit - budget))
         self._plan_s = now_s
-        cutoff = now_s - wait_s
+        cutoff = now_s - 2 * wait_s
         due: list[str] = []
         hold: dict[int, int] = {}
         first = self._engine_first
         new = self._new_engines
         sessions = self._sessions
-        for sid, since in self._dirty_engines.items():
+        # insertion order is the order engines became dirty: oldest first
+        for sid, since in dirty.items():
             at = first.get(sid)
-            if (
+            if budget > 0:
+                budget -= 1
+                due.append(sid)
+            elif (
                 since <= cutoff
                 or sid in new
                 or (at is not None and (at[0] is None or at[1] is None))
@@ -626,7 +647,7 @@ class EventProcessor:
                 held = hold.get(partition)
                 if held is None or offset < held:
                     hold[partition] = offset
-        return EnginePlan(tuple(due), hold, len(self._dirty_engines) - len(due))
+        return EnginePlan(tuple(due), hold, len(dirty) - len(due))
 
     def take_dirty(
         self, *, engines: bool = True, later: Collection[str] | None = None

@@ -11,10 +11,11 @@ sessions, S open at a time), so a change to the hot path shows as CPU us/event:
   router's event checks, ``check_storable``, the engine, table values, output
   encoding, metrics), with a send that only collects the records;
 * ``flush``: what a commit does with the write-behind state every
-  ``--commit-every`` events (take the dirty values, snapshot the engines, encode
-  them; writes into dicts);
+  ``--commit-every`` events (plan which engines are due, ``--engine-wait``
+  commits; take the dirty values, snapshot the due engines, encode them; writes
+  into dicts);
 * ``flush:`` the same flush split into its stages (taking the dirty values, the
-  engine snapshots, the canonical engine-state encode, its zlib compression, the
+  engine snapshots, the canonical engine-state encode, its deflate, the
   counters/budgets/minutes values) and how many engine states were written per
   event (1.0 when every event lands in a session the last flush already wrote:
   the low-rate case, ``--commit-every`` about the number of open sessions);
@@ -62,7 +63,13 @@ from streams.topics import worker_output_topics  # noqa: E402
 from streams.worker.batch import EventBatchHandler  # noqa: E402
 from streams.worker.metrics import WorkerMetrics  # noqa: E402
 from streams.worker.outputs import OutputEncoder  # noqa: E402
-from streams.worker.processor import EventProcessor, check_storable  # noqa: E402
+from streams.worker.processor import (  # noqa: E402
+    BytesTable,
+    EventProcessor,
+    TableName,
+    check_storable,
+    write_all,
+)
 
 PARTITIONS = 3
 
@@ -131,16 +138,26 @@ def make_handler(
     )
 
 
-def run_handler(recs: list[Rec], batch: int, commit_every: int) -> tuple[float, float, int]:
-    """(handler us/event, flush us/event, outputs) over ``recs``."""
+def run_handler(
+    recs: list[Rec], batch: int, commit_every: int, engine_wait: float = 0.0
+) -> tuple[float, float, int]:
+    """(handler us/event, flush us/event, outputs) over ``recs``; each flush takes
+    the engines ``plan_engines`` makes due (``engine_wait`` commits, one unit of its
+    clock per commit), as the worker's commit does."""
     tables: dict[str, dict[bytes, bytes]] = {k: {} for k in ("s", "b", "m", "e")}
     cfg = EngineConfig()
     processor = EventProcessor(tables["s"], tables["b"], tables["m"], tables["e"], cfg)
     sent: list[Any] = []
     handler = make_handler(processor, cfg, sent)
     loop = asyncio.new_event_loop()
+    named: dict[TableName, BytesTable] = {
+        "sessions": tables["s"],
+        "budgets": tables["b"],
+        "minutes": tables["m"],
+        "engines": tables["e"],
+    }
     handle_s = flush_s = 0.0
-    since = 0
+    since = commits = 0
     gc.collect()
     for b in batches(recs, batch):
         t0 = time.process_time()
@@ -149,8 +166,13 @@ def run_handler(recs: list[Rec], batch: int, commit_every: int) -> tuple[float, 
         since += len(b)
         if since >= commit_every:
             since = 0
+            commits += 1
             t0 = time.process_time()
-            processor.flush()
+            due = processor.plan_engines(float(commits), engine_wait).due
+            pending = processor.take_dirty(engines=False, later=due)
+            pending += processor.take_engines(due)
+            write_all([w.encode() for w in pending], named)
+            processor.written(pending)
             processor.evict()
             flush_s += time.process_time() - t0
     t0 = time.process_time()
@@ -161,17 +183,18 @@ def run_handler(recs: list[Rec], batch: int, commit_every: int) -> tuple[float, 
     return 1e6 * handle_s / n, 1e6 * flush_s / n, len(sent)
 
 
-def flush_stages(recs: list[Rec], batch: int, commit_every: int) -> dict[str, float]:
+def flush_stages(
+    recs: list[Rec], batch: int, commit_every: int, engine_wait: float = 0.0
+) -> dict[str, float]:
     """Where the flush's CPU goes (us per event): the handler runs as in
     :func:`run_handler`, and every ``commit_every`` events the dirty values are taken
-    and encoded stage by stage as the worker's commit does (``take_dirty`` without
-    engines, then ``take_engines``: the engine snapshots; then ``PendingWrite.encode``
-    split into the canonical engine-state encode, its zlib compression and the small
-    table values)."""
-    import zlib
-
+    and encoded stage by stage as the worker's commit does (``plan_engines`` with
+    ``engine_wait`` commits, each commit one unit of its clock; ``take_dirty``
+    without the due engines, then ``take_engines``: the engine snapshots; then
+    ``PendingWrite.encode`` split into the canonical engine-state encode, its
+    deflate and the small table values)."""
     from streams.core.engine import SessionState
-    from streams.core.statecodec import encode_state
+    from streams.core.statecodec import deflate, encode_state
 
     cfg = EngineConfig()
     processor = EventProcessor({}, {}, {}, {}, cfg)
@@ -179,13 +202,15 @@ def flush_stages(recs: list[Rec], batch: int, commit_every: int) -> dict[str, fl
     loop = asyncio.new_event_loop()
     cost = dict.fromkeys(("take", "snapshot", "encode", "compress", "small"), 0.0)
     sessions = 0
+    commits = 0
 
-    def flush() -> None:
-        nonlocal sessions
+    def flush(wait: float) -> None:
+        nonlocal sessions, commits
+        commits += 1
         clock = time.process_time
         t0 = clock()
-        pending = processor.take_dirty(engines=False)
-        ids = processor.dirty_engine_ids()
+        ids = list(processor.plan_engines(float(commits), wait).due)
+        pending = processor.take_dirty(engines=False, later=ids)
         t1 = clock()
         pending += processor.take_engines(ids)
         t2 = clock()
@@ -197,7 +222,7 @@ def flush_stages(recs: list[Rec], batch: int, commit_every: int) -> dict[str, fl
             if isinstance(p.value, SessionState):
                 raw = encode_state(p.value)
                 t1 = clock()
-                zlib.compress(raw, 1)
+                deflate(raw, 1)
                 cost["encode"] += t1 - t0
                 cost["compress"] += clock() - t1
             else:
@@ -213,8 +238,8 @@ def flush_stages(recs: list[Rec], batch: int, commit_every: int) -> dict[str, fl
         since += len(b)
         if since >= commit_every:
             since = 0
-            flush()
-    flush()
+            flush(engine_wait)
+    flush(0.0)  # the stop: every engine
     loop.close()
     n = len(recs)
     out = {f"flush: {k}": 1e6 * v / n for k, v in cost.items()}
@@ -283,6 +308,13 @@ def main() -> None:
     ap.add_argument(
         "--commit-every", type=int, default=20_000, help="events between flushes (~1 s)"
     )
+    ap.add_argument(
+        "--engine-wait",
+        type=float,
+        default=5.0,
+        help="commits an engine waits (the worker's --engine-flush-interval "
+        "over its 1 s commit; default 5; 0: every engine at every commit, as before)",
+    )
     ap.add_argument("--repeat", type=int, default=3, help="best of N for the handler run")
     ap.add_argument("--profile", action="store_true", help="cProfile one handler run")
     args = ap.parse_args()
@@ -295,14 +327,14 @@ def main() -> None:
     print(f"{n} events, {len({e.session_id for e in events})} sessions, batches of {args.batch}")
     best: tuple[float, float, int] | None = None
     for _ in range(args.repeat):
-        res = run_handler(recs, args.batch, args.commit_every)
+        res = run_handler(recs, args.batch, args.commit_every, args.engine_wait)
         if best is None or res[0] + res[1] < best[0] + best[1]:
             best = res
     assert best is not None
     print(f"  {'handler (EventBatchHandler.handle)':<42} {best[0]:8.1f} us/event")
     print(f"  {'flush (take + snapshot + encode)':<42} {best[1]:8.1f} us/event")
     print(f"  {'handler + flush':<42} {best[0] + best[1]:8.1f} us/event ({best[2]} outputs)")
-    for name, value in flush_stages(recs, args.batch, args.commit_every).items():
+    for name, value in flush_stages(recs, args.batch, args.commit_every, args.engine_wait).items():
         if name.endswith("per event"):
             print(f"  {name:<42} {value:8.2f}")
         else:

@@ -16,7 +16,7 @@ import pytest
 
 from streams.core.events import Budget, TraceEvent
 from streams.sim.events import fleet_events
-from streams.worker.processor import EventProcessor, PendingWrite
+from streams.worker.processor import EnginePlan, EventProcessor, PendingWrite
 from streams.worker.state import SessionCounters
 
 T0 = 1_767_225_600_000
@@ -43,7 +43,7 @@ def _commit(
     committed: dict[int, int],
     *,
     respect_hold: bool = True,
-) -> None:
+) -> EnginePlan:
     """One worker commit: plan, take (counters now, due engines with their counters),
     write, then commit each partition's offset, no further than the plan's hold."""
     plan = p.plan_engines(now_s, wait_s)
@@ -58,6 +58,7 @@ def _commit(
     for part, off in offsets.items():
         if off > committed.get(part, 0):
             committed[part] = off
+    return plan
 
 
 def test_a_waiting_engine_keeps_its_counters_flowing_and_holds_its_offset() -> None:
@@ -69,9 +70,8 @@ def test_a_waiting_engine_keeps_its_counters_flowing_and_holds_its_offset() -> N
         p.apply(_ev("a", seq), 0, seq)
         handled[0] = seq + 1
     # t=0: a new session's engine is due at once (nothing stored yet)
-    plan = p.plan_engines(0.0, 5.0)
+    plan = _commit(p, tabs, 0.0, 5.0, handled, committed)
     assert plan.due == ("a",) and plan.hold == {} and plan.waiting == 0
-    _commit(p, tabs, 0.0, 5.0, handled, committed)
     assert committed == {0: 3} and b"a" in tabs[3]
     stored_engine = tabs[3][b"a"]
     # t=1..4: events at offsets 3.. change the engine; it waits, the counters do not
@@ -79,18 +79,65 @@ def test_a_waiting_engine_keeps_its_counters_flowing_and_holds_its_offset() -> N
         seq = 2 + t
         p.apply(_ev("a", seq), 0, seq)
         handled[0] = seq + 1
-        plan = p.plan_engines(float(t), 5.0)
+        plan = _commit(p, tabs, float(t), 5.0, handled, committed)
         assert plan.due == () and plan.hold == {0: 3} and plan.waiting == 1
-        _commit(p, tabs, float(t), 5.0, handled, committed)
         assert SessionCounters.decode(tabs[0][b"a"]).last_seq == seq  # counters: every commit
         assert tabs[3][b"a"] == stored_engine  # engine: not yet
         assert committed == {0: 3}  # held at the first event the stored engine lacks
-    # t=5: dirty since the plan at t=0 (first change after it): due
-    plan = p.plan_engines(5.0, 5.0)
+    # t=5: the fifth fifth of the wait: its turn (one dirty engine, a 5th per second)
+    plan = _commit(p, tabs, 5.0, 5.0, handled, committed)
     assert plan.due == ("a",) and plan.hold == {}
-    _commit(p, tabs, 5.0, 5.0, handled, committed)
     assert tabs[3][b"a"] != stored_engine and committed == {0: 7}
     assert p.dirty == 0
+
+
+def test_engine_flushes_are_spread_over_the_commits() -> None:
+    """100 sessions, one event each per 1 s commit, 5 s wait: about a fifth of the
+    engines per commit, oldest change first, none left waiting past 2 * wait (before
+    the spreading every engine fell due at the same commit, 1,000 at once in the
+    closed-loop bench)."""
+    tabs: Tables = ({}, {}, {}, {})
+    p = EventProcessor(*tabs)
+    sids = [f"s{i}" for i in range(100)]
+    handled: dict[int, int] = {}
+    committed: dict[int, int] = {}
+    offset = 0
+    last_flush = dict.fromkeys(sids, 0.0)
+    per_commit: list[int] = []
+    for t in range(30):
+        for seq_sid in sids:
+            p.apply(_ev(seq_sid, t), 0, offset)
+            offset += 1
+            handled[0] = offset
+        plan = _commit(p, tabs, float(t), 5.0, handled, committed)
+        per_commit.append(len(plan.due))
+        for sid in plan.due:
+            last_flush[sid] = float(t)
+        assert all(t - last_flush[sid] <= 10 for sid in sids), t
+        assert committed[0] <= min(  # never past an event a waiting engine lacks
+            (o for o in plan.hold.values()), default=handled[0]
+        )
+    assert per_commit[0] == 100  # new sessions: all at once
+    assert max(per_commit[5:]) <= 21 and min(per_commit[5:]) >= 19, per_commit
+
+
+def test_one_engine_gets_its_turn_after_the_whole_wait() -> None:
+    """Fractions of a flush carry over: one dirty engine and plans a tenth of the wait
+    apart make it due at the tenth plan, not at the first (rounding up) or never
+    (rounding down)."""
+    p = EventProcessor({}, {}, {}, {})
+    for sid in ("a", "b", "c", "d"):
+        p.apply(_ev(sid, 0), 0, 0)
+    p.take_dirty()
+    p.plan_engines(0.0, 10.0)
+    p.apply(_ev("a", 1), 0, 1)
+    due = {}
+    for t in range(1, 22):
+        plan = p.plan_engines(float(t), 10.0)
+        if plan.due:
+            due[t] = plan.due
+            p.take_engines(plan.due)
+    assert due == {10: ("a",)}
 
 
 def test_wait_zero_ended_sessions_and_events_without_offsets_are_due_at_once() -> None:
@@ -117,10 +164,10 @@ def test_the_hold_is_the_lowest_waiting_offset_per_partition() -> None:
     p.apply(_ev("a", 1), 0, 41)
     p.apply(_ev("b", 2), 0, 42)  # b is already dirty: its first offset stays 40
     p.apply(_ev("c", 1), 1, 7)
-    plan = p.plan_engines(1.0, 5.0)
+    plan = p.plan_engines(1.0, 5.0)  # 3 dirty engines, a fifth of the wait: 0.6 of one
     assert plan.due == () and plan.hold == {0: 40, 1: 7} and plan.waiting == 3
     p.take_engines(["b"])
-    assert p.plan_engines(2.0, 5.0).hold == {0: 41, 1: 7}
+    assert p.plan_engines(1.1, 5.0).hold == {0: 41, 1: 7}  # + 2 * 0.02: still none due
 
 
 def test_a_timer_made_change_waits_without_holding_an_offset() -> None:

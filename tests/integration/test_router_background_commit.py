@@ -12,6 +12,7 @@ and check that ``<prefix>.events`` still holds every event exactly once
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from collections.abc import Iterator
@@ -78,9 +79,13 @@ class _Witness(Router):
     revoke callback."""
 
     revoked_in_flight = 0
+    #: every revoke of at least one partition
+    revokes = 0
     fail_in_revoke = False
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        if partitions:
+            self.revokes += 1
         if partitions and self._inflight is not None:
             self.revoked_in_flight += 1
             if self.fail_in_revoke and self.revoked_in_flight == 1:
@@ -101,6 +106,18 @@ def _backlog(
     ]
     publish(settings.bootstrap, items)
     return {(sid, seq) for sid in sids for seq in range(per)}
+
+
+def _more(settings: Settings, sids: list[str], start: int, stop: int) -> None:
+    """Publish events ``start`` to ``stop`` - 1 of each session (a longer backlog)."""
+    publish(
+        settings.bootstrap,
+        [
+            (settings.session_topic(sid), sid.encode(), tool_event(sid, seq), None)
+            for seq in range(start, stop)
+            for sid in sids
+        ],
+    )
 
 
 def _config(tid: str, **kw: Any) -> RouterConfig:
@@ -170,38 +187,60 @@ def test_a_rebalance_during_a_background_commit_hands_over_exactly_once(
     """``fails``: the abort (and the rewind of the partitions kept) happens inside
     the revoke callback, where the committed-offset lookup hung until WEDGED_S and
     the router stopped (seen once in test_router_faults' scale-out test)."""
-    expected = _backlog(settings, create_topics, sessions=8, per=250)
+    per = 250
+    expected = _backlog(settings, create_topics, sessions=8, per=per)
+    sids = sorted({sid for sid, _ in expected})
     a = _Witness(settings, _config(f"{settings.prefix}.slow.a"))
     a.fail_in_revoke = commit == "fails"
-    b = Router(settings, _config(f"{settings.prefix}.b"))
     a.start()
     ta = _run_in_thread(a)
+    bs: list[tuple[Router, threading.Thread]] = []
+
+    def routed() -> int:
+        return a.stats().routed + sum(b.stats().routed for b, _ in bs)
+
+    def revoked_since(seen: int) -> bool:
+        return a.revokes > seen
+
     try:
         _wait(lambda: a.stats().transactions >= 2, 60, "router a's first commits")
-        b.start()
-        tb = _run_in_thread(b)
-        try:
-            # b joins: a revokes some partitions, each time with a commit in flight
-            _wait(
-                lambda: a.stats().routed + b.stats().routed >= len(expected),
-                120,
-                "both routers to route the backlog",
-            )
-        finally:
+        # A join of router b revokes partitions of a; the case under test needs a
+        # revoke that finds a's commit in flight, which one landing while a waits
+        # for that commit (not polling) misses (CI saw a run with none).  So until
+        # one did, another router b joins (each with its own id: a static member
+        # rejoining with the same one would take its old partitions back without a
+        # rebalance), at most three, with more events published whenever the
+        # backlog runs low (an idle a has no commit in flight).
+        for i in range(3):
+            if len(expected) - routed() < 4 * len(sids) * 100:
+                _more(settings, sids, per, per + 250)
+                expected |= {(sid, seq) for sid in sids for seq in range(per, per + 250)}
+                per += 250
+            seen = a.revokes
+            # slow commits too: a fast b would drain the backlog at once
+            b = Router(settings, _config(f"{settings.prefix}.slow.b{i}"))
+            b.start()
+            bs.append((b, _run_in_thread(b)))
+            _wait(functools.partial(revoked_since, seen), 60, "router b's join to revoke in a")
+            if a.revoked_in_flight >= 1:
+                break
+        _wait(lambda: routed() >= len(expected), 120, "the routers to route the backlog")
+    finally:
+        for b, tb in bs:
             b.request_stop()
             tb.join(60)
             b.close()
-    finally:
         a.request_stop()
         ta.join(60)
         a.close()
     assert a.revoked_in_flight >= 1, "no revoke found a commit in flight: nothing tested"
-    assert b.stats().routed > 0, "router b never got a partition"
-    assert a.stats().routed + b.stats().routed == len(expected)
+    assert routed() == len(expected)
     if commit == "fails":
         assert a.stats().aborts >= 1
     print(
-        f"\naborts (fenced background commits re-read): a {a.stats().aborts}, b {b.stats().aborts}"
+        f"\n{len(bs)} router(s) b, {a.revokes} revoke(s) in a; aborts (background commits "
+        "fenced and re-read): "
+        f"a {a.stats().aborts}, b {[b.stats().aborts for b, _ in bs]}"
     )
     _routed_exactly_once(settings, expected)
 

@@ -833,6 +833,8 @@ class StateFlusher:
         self.engines_flushed = 0
         self.engines_waiting = 0
         self.offsets_held = 0
+        #: the worker's metrics (``/metrics``), if any
+        self.metrics: WorkerMetrics | None = None
         self.tables = tables
         #: the app's producer (a :class:`_DeliveringProducer`): changelog batches
         self.producer = producer
@@ -853,6 +855,8 @@ class StateFlusher:
         self.engines_flushed += due
         self.engines_waiting = waiting
         self.offsets_held += held
+        if self.metrics is not None:
+            self.metrics.on_engine_plan(due, waiting, held)
 
     def note_flush(self, values: int, seconds: float) -> None:
         """Record how long one commit-time flush took (``/stats``; slow ones are logged)."""
@@ -1139,6 +1143,7 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         app.producer,
         engine_wait_s=engine_flush_interval_s if with_engine else 0.0,
     )
+    flusher.metrics = metrics
     app.state_flusher = flusher
 
     producer_send = app.producer.send

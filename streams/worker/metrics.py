@@ -111,6 +111,23 @@ class WorkerMetrics:
             ["reason_class"],
             registry=r,
         )
+        self.engine_flushes = Counter(
+            "trajectory_worker_engine_flushes",
+            "Session detector states written to the engines table (each covers every "
+            "event since its last write; --engine-flush-interval)",
+            registry=r,
+        )
+        self.engines_waiting = Gauge(
+            "trajectory_worker_engines_waiting",
+            "Changed detector states left waiting for a later commit at the last commit",
+            registry=r,
+        )
+        self.offsets_held = Counter(
+            "trajectory_worker_offsets_held",
+            "Partition offset commits held back to the first event a waiting detector "
+            "state has not written (a crash re-processes from there)",
+            registry=r,
+        )
         self.consumer_lag = Gauge(
             "trajectory_worker_consumer_lag_messages",
             "Events-topic lag per partition: high watermark - next offset to process "
@@ -120,6 +137,14 @@ class WorkerMetrics:
         )
 
     # -- hooks called by the processing loop ------------------------------
+    def on_engine_plan(self, due: int, waiting: int, held: int) -> None:
+        """One commit's engine plan (``StateFlusher.note_plan``)."""
+        if due:
+            self.engine_flushes.inc(due)
+        self.engines_waiting.set(waiting)
+        if held:
+            self.offsets_held.inc(held)
+
     def on_event(self, event_type: str, started_ns: int, timestamp_ms: int | None = None) -> None:
         """One event processed; ``started_ns`` is ``time.perf_counter_ns()`` at its start."""
         child = self._event_children.get(event_type)

@@ -138,3 +138,13 @@ def test_on_events_records_a_batch_like_on_event_per_event() -> None:
     assert s[("trajectory_worker_event_time_lag_seconds_bucket", (("le", "1.0"),))] == 1
     assert s[("trajectory_worker_event_time_lag_seconds_bucket", (("le", "2.5"),))] == 3
     assert s[("trajectory_worker_event_time_lag_last_seconds", ())] == 0
+
+
+def test_engine_plans_count_flushes_waiting_and_held_offsets() -> None:
+    m = WorkerMetrics()
+    m.on_engine_plan(due=200, waiting=800, held=3)
+    m.on_engine_plan(due=0, waiting=950, held=0)
+    s = samples(m)
+    assert s[("trajectory_worker_engine_flushes_total", ())] == 200
+    assert s[("trajectory_worker_engines_waiting", ())] == 950  # as of the last commit
+    assert s[("trajectory_worker_offsets_held_total", ())] == 3

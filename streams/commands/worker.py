@@ -107,21 +107,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=1.0,
         metavar="SECONDS",
-        help="flush the counters, budgets and minutes and commit offsets this often "
-        "(default 1.0): those tables and the HTTP views lag by at most this much (the "
-        "detector state: see --engine-flush-interval), and a crash re-processes at least "
-        "this much; longer is cheaper per event with many active sessions",
+        help="commit offsets (and flush the sessions that are due, see "
+        "--engine-flush-interval) this often (default 1.0); a crash re-processes at "
+        "least this much",
     )
     parser.add_argument(
         "--engine-flush-interval",
         type=float,
         default=DEFAULT_ENGINE_FLUSH_INTERVAL_S,
         metavar="SECONDS",
-        help="write a session's changed detector state (tens of KB) at the first commit "
-        "after it has waited this long, not at every commit (default "
-        f"{DEFAULT_ENGINE_FLUSH_INTERVAL_S:g}; 0: every commit). Counters, budgets and "
-        "minutes still follow --commit-interval; offsets are committed only up to the "
-        "first event a waiting state lacks, so a crash re-processes up to this much",
+        help="write a changed session's tables (its detector state, tens of KB, with its "
+        "counters, budget and minutes) about this long after it changed, not at every "
+        f"commit (default {DEFAULT_ENGINE_FLUSH_INTERVAL_S:g}; 0: every commit; new and "
+        "ended sessions: at the next commit). The HTTP views show the values in memory; "
+        "the tables and changelogs lag by up to this much, and offsets are committed "
+        "only up to the first event a waiting session lacks, so a crash re-processes up "
+        "to this much (cheaper per event the longer)",
     )
     parser.add_argument(
         "--timer-interval",

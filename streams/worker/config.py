@@ -37,8 +37,8 @@ DEFAULT_SESSION_TIMEOUT_S = 10.0
 #: The broker's default group.min.session.timeout.ms / group.max.session.timeout.ms.
 MIN_SESSION_TIMEOUT_S = 6.0
 MAX_SESSION_TIMEOUT_S = 1800.0
-#: How long a session's changed engine state may wait for its flush while its
-#: counters are flushed at every commit (docs/guarantees.md "Engines wait").
+#: About how long a changed session (its detector state, counters, budget and
+#: minutes) waits for its flush (docs/guarantees.md "Sessions wait for their flush").
 DEFAULT_ENGINE_FLUSH_INTERVAL_S = 5.0
 
 
@@ -57,9 +57,10 @@ class WorkerConfig:
     (``engine_config``, default ``EngineConfig()``).  ``timer_interval_s`` None or 0:
     no timer assessments.  ``metrics`` defaults to a fresh ``WorkerMetrics``.
     ``max_sessions_in_memory`` bounds the decoded per-session caches.
-    ``engine_flush_interval_s``: a session's engine state is written at the first
-    commit after it has been dirty this long (new, ended: at the next commit), its
-    partition's offset commit held back meanwhile; 0 writes it at every commit.
+    ``engine_flush_interval_s``: a changed session's values (detector state,
+    counters, budget, minutes) are written about this long after they changed (new,
+    ended: at the next commit), its partition's offset commit held back meanwhile; 0
+    writes them at every commit.
     ``view_auth`` / ``web_ssl_context``: bearer tokens / HTTPS for the HTTP view.
 
     ``group_instance_id`` makes the worker a *static* group member (KIP-345): one

@@ -488,7 +488,9 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                                 commit_offsets[tp] = limit
                             else:
                                 del commit_offsets[tp]
-                pending = processor.take_dirty(engines=False, later=plan.due)
+                pending = processor.take_dirty(
+                    engines=False, later=plan.due, waiting=plan.waiting_ids
+                )
                 engine_ids = list(plan.due)
                 flusher.note_plan(len(engine_ids), plan.waiting, held)
             # Engine snapshots a slice at a time, between batches.
@@ -1283,8 +1285,7 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         metrics=metrics,
         events_topic=settings.events_topic,
         auth=view_auth,
-        held_assessment=processor.held_assessment if with_engine else None,
-        held_state=processor.held_state if with_engine else None,
+        held=processor,
     )
 
     return WorkerApp(

@@ -35,11 +35,12 @@ Invariants:
   one (issue #15: sessions evicted in that gap went backwards).  A flush that
   fails hands its values back with :meth:`untake` (dirty again), so a later flush
   writes them: a failed flush never loses state.
-* **Engines wait** (:meth:`EventProcessor.plan_engines`): a dirty engine may stay
-  dirty over several commits while its counters are flushed at each; the commit
-  then holds its partition's offset back to the first event the engine has not
-  written, so a crash redelivers every event a stored engine lacks.  A stored
-  session's counters may be ahead of its engine, never behind.
+* **Sessions wait** (:meth:`EventProcessor.plan_engines`): a session whose engine
+  is dirty may stay dirty over several commits, its counters, budget and minutes
+  with it; the commit then holds its partition's offset back to the first event
+  the session has not written, so a crash redelivers every event a stored value
+  lacks.  A session's counters are never taken after its engine (they carry its
+  pattern tallies).
 * An event whose ``seq`` a value already covers changes nothing in it, but
   marks it dirty: after a crash the local store can be ahead of the changelog
   (the flush writes the store first), and a redelivery is the moment to write
@@ -125,6 +126,9 @@ class EnginePlan:
     hold: dict[int, int]
     #: how many dirty engines wait (not due)
     waiting: int = 0
+    #: the sessions whose engine waits: their counters, budget and minutes wait too
+    #: (``take_dirty(waiting=...)``)
+    waiting_ids: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
@@ -405,6 +409,28 @@ class EventProcessor:
             return False, None
         return True, engine.current
 
+    def held_budget(self, session_id: str) -> BudgetState | None:
+        """The session's budget value if it is in memory (possibly newer than the
+        budgets table), else None; never loads one."""
+        return self._budgets.get(session_id)
+
+    def held_minutes(self, session_id: str) -> list[MinuteCounts]:
+        """The session's minute values newer than the minutes table: taken and not yet
+        written, dirty, and the latest one in memory (a later one of the same minute
+        replaces an earlier); never loads one.  A view merges them over the table's."""
+        by_start: dict[int, MinuteCounts] = {}
+        for (table, _), (sid, value) in self._inflight.items():
+            if table == "minutes" and sid == session_id:
+                assert isinstance(value, MinuteCounts)
+                by_start[value.minute_start_ms] = value
+        for sid, value in self._dirty_minutes.values():
+            if sid == session_id:
+                by_start[value.minute_start_ms] = value
+        latest = self._minutes.get(session_id)
+        if latest is not None:
+            by_start[latest.minute_start_ms] = latest
+        return [by_start[k] for k in sorted(by_start)]
+
     def held_state(self, session_id: str) -> SessionState | None:
         """The state of the session's engine if it is in memory (a snapshot, possibly
         newer than the engines table), else None; never loads one."""
@@ -586,9 +612,12 @@ class EventProcessor:
         Why: an engine state is tens of KB to snapshot and encode, the counters a few
         hundred bytes; flushing each session's engine at every 1 s commit was most of
         the worker's CPU at one event per session per second (docs/faust-notes.md
-        "Measured costs").  So an engine waits up to ``wait_s`` (``--engine-flush-
-        interval``) and covers the events of several commits in one write, while the
-        counters, budgets and minutes are flushed at every commit as before.
+        "Measured costs").  So an engine waits about ``wait_s`` (``--engine-flush-
+        interval``) and covers the events of several commits in one write, and the
+        session's counters, budget and minutes wait with it (``EnginePlan.waiting_ids``
+        for :meth:`take_dirty`): writing those at every commit still cost a value,
+        a store write and a changelog record per table per session-second, while
+        the views read the values in memory anyway.
 
         Which engines are *due*, oldest change first: as many as the share of
         ``wait_s`` elapsed since the last plan makes of all dirty engines (fractions
@@ -605,13 +634,14 @@ class EventProcessor:
         (nothing to hold back).  ``wait_s`` 0 makes every dirty engine due.
 
         Invariant (never lose an event): ``hold[p]`` is the lowest offset of an event
-        in partition ``p`` that changed a waiting engine since it was last taken.  The
-        worker commits no offset above it, so after a crash every event a waiting
-        engine had not written is delivered again; the engine applies it (its own
-        ``last_seq`` is older) while the counters, flushed ahead, ignore it (their
-        ``last_seq`` covers it).  Counters ahead of the engine is the safe order: an
-        engine ahead would skip the redelivered event and its patterns would never be
-        tallied in the counters (see :meth:`take_dirty`).
+        in partition ``p`` that changed a waiting session since its engine was last
+        taken (every event changes the engine, so this is also the first event its
+        waiting counters, budget and minutes lack).  The worker commits no offset
+        above it, so after a crash every event a stored value lacks is delivered
+        again and applied to it (each table value checks ``seq`` on its own).  The
+        counters are never taken *after* the engine: an engine ahead of its counters
+        would skip a redelivered event and its patterns would never be tallied in
+        the counters (see :meth:`take_dirty`).
         """
         dirty = self._dirty_engines
         if wait_s <= 0:
@@ -624,6 +654,7 @@ class EventProcessor:
         self._plan_s = now_s
         cutoff = now_s - 2 * wait_s
         due: list[str] = []
+        waiting: list[str] = []
         hold: dict[int, int] = {}
         first = self._engine_first
         new = self._new_engines
@@ -641,16 +672,22 @@ class EventProcessor:
                 or ((c := sessions.get(sid)) is not None and c.ended)
             ):
                 due.append(sid)
-            elif at is not None:
-                partition, offset = at
-                assert partition is not None and offset is not None
-                held = hold.get(partition)
-                if held is None or offset < held:
-                    hold[partition] = offset
-        return EnginePlan(tuple(due), hold, len(dirty) - len(due))
+            else:
+                waiting.append(sid)
+                if at is not None:
+                    partition, offset = at
+                    assert partition is not None and offset is not None
+                    held = hold.get(partition)
+                    if held is None or offset < held:
+                        hold[partition] = offset
+        return EnginePlan(tuple(due), hold, len(waiting), frozenset(waiting))
 
     def take_dirty(
-        self, *, engines: bool = True, later: Collection[str] | None = None
+        self,
+        *,
+        engines: bool = True,
+        later: Collection[str] | None = None,
+        waiting: Collection[str] = (),
     ) -> list[PendingWrite]:
         """Every dirty value *as of now* (immutable, not yet encoded); clears the dirty sets.
 
@@ -666,8 +703,9 @@ class EventProcessor:
         engines a few at a time with :meth:`take_engines`, which takes their counters
         with them, because snapshotting them all at once held the batch lock too long
         (docs/faust-notes.md "Measured costs behind the worker's code").  The
-        counters of a dirty engine *not* in ``later`` (one that waits, see
-        :meth:`plan_engines`) are taken here.
+        counters of a dirty engine *not* in ``later`` are taken here, unless the
+        session is in ``waiting`` (``EnginePlan.waiting_ids``): then its counters,
+        budget and minutes stay dirty and wait with its engine (:meth:`plan_engines`).
         """
         part = self._partition.get
         pending: list[PendingWrite] = []
@@ -676,26 +714,33 @@ class EventProcessor:
         # events, so it takes its counters with it (take_engines) and the counters
         # are never behind it.
         deferred: Collection[str]
+        wait: Collection[str]
         if engines:
-            deferred = ()
-        elif later is None:
-            deferred = self._dirty_engines.keys()
+            deferred = wait = frozenset()
         else:
-            deferred = set(later)
+            wait = waiting if isinstance(waiting, set | frozenset) else frozenset(waiting)
+            # later None: every dirty engine's counters wait for take_engines
+            deferred = self._dirty_engines.keys() if later is None else set(later) | wait
         taken = [sid for sid in self._dirty_sessions if sid not in deferred]
         for sid in taken:
             s = self._sessions.get(sid)
             if s is not None:
                 pending.append(PendingWrite("sessions", part(sid), sid.encode(), s.freeze(), sid))
         self._dirty_sessions.difference_update(taken)
-        for sid in self._dirty_budgets:
+        budgets = [sid for sid in self._dirty_budgets if sid not in wait]
+        for sid in budgets:
             b = self._budgets.get(sid)
             if b is not None:
                 pending.append(PendingWrite("budgets", part(sid), sid.encode(), b, sid))
-        for mkey, (sid, m) in self._dirty_minutes.items():
+        self._dirty_budgets.difference_update(budgets)
+        minutes = [(k, sm) for k, sm in self._dirty_minutes.items() if sm[0] not in wait]
+        for mkey, (sid, m) in minutes:
             pending.append(PendingWrite("minutes", part(sid), mkey.encode(), m, sid))
-        self._dirty_budgets.clear()
-        self._dirty_minutes.clear()
+        if len(minutes) == len(self._dirty_minutes):
+            self._dirty_minutes.clear()
+        else:
+            for mkey, _ in minutes:
+                del self._dirty_minutes[mkey]
         self.flushed_values += len(pending)
         self._hold(pending)
         if engines:

@@ -51,7 +51,7 @@ import fnmatch
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from aiokafka.partitioner import murmur2  # type: ignore[import-untyped]
 from faust.web import Request, Response, View
@@ -304,6 +304,21 @@ class _EngineStates:
         return state, len(raw)
 
 
+class HeldSessions(Protocol):
+    """What the worker holds in memory per session (``EventProcessor``): newer than
+    the tables while a session waits for its flush; None / empty when not held."""
+
+    def held_assessment(self, session_id: str) -> tuple[bool, CurrentAssessment | None]: ...
+
+    def held_state(self, session_id: str) -> SessionState | None: ...
+
+    def counters(self, session_id: str) -> SessionCounters | None: ...
+
+    def held_budget(self, session_id: str) -> BudgetState | None: ...
+
+    def held_minutes(self, session_id: str) -> list[MinuteCounts]: ...
+
+
 def register_views(
     app: Any,
     *,
@@ -315,19 +330,17 @@ def register_views(
     metrics: WorkerMetrics | None = None,
     events_topic: str | None = None,
     auth: ViewAuth | None = None,
-    held_assessment: Callable[[str], tuple[bool, CurrentAssessment | None]] | None = None,
-    held_state: Callable[[str], SessionState | None] | None = None,
+    held: HeldSessions | None = None,
 ) -> None:
     """Register the views above on ``app`` (a ``faust.App``); tables are Faust tables.
 
     ``auth``: bearer tokens per tenant (:mod:`streams.worker.auth`); None leaves the
     view open.
 
-    ``held_assessment(session_id)``: ``(True, current)`` for a session whose engine
-    the worker holds in memory (``EventProcessor.held_assessment``), and
-    ``held_state(session_id)`` its state (``EventProcessor.held_state``): the views
-    show those, which are newer than the ``engines`` table while the engine waits
-    for its flush (``--engine-flush-interval``); else they read the table.
+    ``held``: the session values the worker holds in memory (its
+    ``EventProcessor``): the views show those, which are newer than the tables while
+    a session waits for its flush (``--engine-flush-interval``), and read the tables
+    for the rest.
 
     ``stats()`` gives the ``/stats`` body.  ``/metrics`` is served when ``metrics``
     is given; with ``events_topic`` it samples the consumer lag of that topic at
@@ -342,9 +355,9 @@ def register_views(
 
     def current_of(session_id: str) -> CurrentAssessment | None:
         """The session's current assessment: the held engine's, else the table's."""
-        if held_assessment is not None:
-            held, current = held_assessment(session_id)
-            if held:
+        if held is not None:
+            in_memory, current = held.held_assessment(session_id)
+            if in_memory:
                 return current
         eng = states.get(session_id)
         return eng[0].current if eng is not None else None
@@ -500,7 +513,9 @@ def register_views(
                     continue  # a store can keep rows of partitions revoked from us
                 if not caller.may_see(sid):
                     continue  # a tenant token lists its own tenant's sessions only
-                counters = SessionCounters.decode(raw)
+                counters = (held.counters(sid) if held is not None else None) or (
+                    SessionCounters.decode(raw)
+                )
                 current = current_of(sid)
                 has = current is not None and bool(current.assessments)
                 rows.append(
@@ -588,14 +603,19 @@ def register_views(
                     return out
                 braw = budgets.get(key)
                 eng = states.get(session_id)
-                held = held_state(session_id) if held_state is not None else None
-                if held is not None:  # newer than the table; state_bytes: the stored size
-                    eng = (held, eng[1] if eng is not None else 0)
+                counters = SessionCounters.decode(raw)
+                budget = None if braw is None else BudgetState.decode(braw)
+                if held is not None:  # newer than the tables while the session waits
+                    counters = held.counters(session_id) or counters
+                    budget = held.held_budget(session_id) or budget
+                    state = held.held_state(session_id)
+                    if state is not None:  # state_bytes: the stored size
+                        eng = (state, eng[1] if eng is not None else 0)
                 out = self.json(
                     {
                         "session_id": session_id,
-                        "state": SessionCounters.decode(raw).to_json(),
-                        "budget": None if braw is None else BudgetState.decode(braw).to_json(),
+                        "state": counters.to_json(),
+                        "budget": None if budget is None else budget.to_json(),
                         "engine": None if eng is None else engine_summary(*eng),
                     }
                 )
@@ -614,15 +634,20 @@ def register_views(
 
             def local() -> Response:
                 prefix = f"{session_id}@"
-                rows = [
-                    MinuteCounts.decode(raw).to_json()
-                    for key, raw in minutes.items()
-                    if key_str(key).startswith(prefix)
-                ]
-                if not rows and sessions.get(session_id.encode()) is None:
+                by_start = {
+                    m.minute_start_ms: m
+                    for m in (
+                        MinuteCounts.decode(raw)
+                        for key, raw in minutes.items()
+                        if key_str(key).startswith(prefix)
+                    )
+                }
+                if held is not None:  # newer than the table while the session waits
+                    by_start.update((m.minute_start_ms, m) for m in held.held_minutes(session_id))
+                if not by_start and sessions.get(session_id.encode()) is None:
                     out: Response = self.json(unknown_session_body(session_id), status=404)
                     return out
-                rows.sort(key=lambda r: r["minute_start_ms"])
+                rows = [by_start[k].to_json() for k in sorted(by_start)]
                 out = self.json({"session_id": session_id, "minutes": rows})
                 return out
 
@@ -661,6 +686,7 @@ __all__ = [
     "FORWARDED_HEADER",
     "MARKDOWN_TYPE",
     "BadRequest",
+    "HeldSessions",
     "SessionRow",
     "assessment_json",
     "bad_id_body",

@@ -286,11 +286,12 @@ def test_the_views_show_an_engine_that_waits_for_its_flush(
 ) -> None:
     """Engines wait for their flush (``--engine-flush-interval``; docs/guarantees.md
     "Engines wait for their flush"): the assessment, the list and the state view show
-    the worker's in-memory engine, not the older ``engines`` table."""
+    the worker's in-memory values, not the older tables."""
     import dataclasses
 
     from streams.core.statecodec import decode_state
     from streams.replay.state import read_changelogs
+    from streams.worker.state import SessionCounters
 
     sid = "wait-1"
     head, tail = healthy(sid, n=2), looping(sid, n=8)
@@ -314,6 +315,8 @@ def test_the_views_show_an_engine_that_waits_for_its_flush(
         assert not missing and sid.encode() in tables["engines"], missing
         stored = decode_state(tables["engines"][sid.encode()])
         assert stored.last_seq < tail[-1].seq, "the engine did not wait: nothing tested"
+        counters = SessionCounters.decode(tables["sessions"][sid.encode()])
+        assert counters.last_seq < tail[-1].seq, "the counters did not wait: nothing tested"
         _, stats = w.get("/stats")
         assert stats["engines_waiting"] >= 1 and stats["offsets_held"] >= 1, stats
 
@@ -324,6 +327,14 @@ def test_the_views_show_an_engine_that_waits_for_its_flush(
         assert (row["severity"], row["assessment_seq"]) == (want.severity, want.seq), row
         status, state = w.get(f"/sessions/{sid}/state")
         assert status == 200 and state["engine"]["last_seq"] == tail[-1].seq, state
+        assert (state["state"]["last_seq"], state["state"]["events"]) == (
+            tail[-1].seq,
+            len(events),
+        )
+        assert row["last_seq"] == tail[-1].seq and row["events"] == len(events), row
+        status, mins = w.get(f"/sessions/{sid}/minutes")
+        calls = sum(m["tool_calls"] for m in mins["minutes"])
+        assert status == 200 and calls == sum(e.type == "tool_call" for e in events), mins
         assert state["engine"]["assessment"]["rendered"] == want.render()
     finally:
         assert w.stop() == 0, w.log_tail()

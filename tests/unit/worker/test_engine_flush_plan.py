@@ -17,7 +17,7 @@ import pytest
 from streams.core.events import Budget, TraceEvent
 from streams.sim.events import fleet_events
 from streams.worker.processor import EnginePlan, EventProcessor, PendingWrite
-from streams.worker.state import SessionCounters
+from streams.worker.state import BudgetState, MinuteCounts, SessionCounters
 
 T0 = 1_767_225_600_000
 NAMES = ("sessions", "budgets", "minutes", "engines")
@@ -52,7 +52,7 @@ def _commit(
         for part, limit in plan.hold.items():
             if part in offsets:
                 offsets[part] = min(offsets[part], limit)
-    pending = p.take_dirty(engines=False, later=plan.due)
+    pending = p.take_dirty(engines=False, later=plan.due, waiting=plan.waiting_ids)
     pending += p.take_engines(plan.due)
     _write(p, tabs, pending)
     for part, off in offsets.items():
@@ -61,7 +61,7 @@ def _commit(
     return plan
 
 
-def test_a_waiting_engine_keeps_its_counters_flowing_and_holds_its_offset() -> None:
+def test_a_waiting_session_keeps_its_values_and_holds_its_offset() -> None:
     tabs: Tables = ({}, {}, {}, {})
     p = EventProcessor(*tabs)
     handled: dict[int, int] = {}
@@ -74,20 +74,26 @@ def test_a_waiting_engine_keeps_its_counters_flowing_and_holds_its_offset() -> N
     assert plan.due == ("a",) and plan.hold == {} and plan.waiting == 0
     assert committed == {0: 3} and b"a" in tabs[3]
     stored_engine = tabs[3][b"a"]
-    # t=1..4: events at offsets 3.. change the engine; it waits, the counters do not
+    # t=1..4: events at offsets 3.. change the session; its values wait (engine,
+    # counters, minute alike)
+    stored_minutes = dict(tabs[2])
     for t in range(1, 5):
         seq = 2 + t
         p.apply(_ev("a", seq), 0, seq)
         handled[0] = seq + 1
         plan = _commit(p, tabs, float(t), 5.0, handled, committed)
         assert plan.due == () and plan.hold == {0: 3} and plan.waiting == 1
-        assert SessionCounters.decode(tabs[0][b"a"]).last_seq == seq  # counters: every commit
-        assert tabs[3][b"a"] == stored_engine  # engine: not yet
-        assert committed == {0: 3}  # held at the first event the stored engine lacks
+        assert plan.waiting_ids == {"a"}
+        assert SessionCounters.decode(tabs[0][b"a"]).last_seq == 2
+        assert tabs[3][b"a"] == stored_engine and tabs[2] == stored_minutes
+        assert committed == {0: 3}  # held at the first event the stored values lack
+        held = p.counters("a")
+        assert held is not None and held.last_seq == seq  # in memory
     # t=5: the fifth fifth of the wait: its turn (one dirty engine, a 5th per second)
     plan = _commit(p, tabs, 5.0, 5.0, handled, committed)
     assert plan.due == ("a",) and plan.hold == {}
     assert tabs[3][b"a"] != stored_engine and committed == {0: 7}
+    assert SessionCounters.decode(tabs[0][b"a"]).last_seq == 6 and tabs[2] != stored_minutes
     assert p.dirty == 0
 
 
@@ -270,3 +276,30 @@ def test_without_the_hold_a_crash_loses_engine_events() -> None:
         got = _run(events, crash_after, 0, respect_hold=False)
         lost += got[3] != expected[3]
     assert lost > 0
+
+
+def test_what_a_waiting_session_holds_is_newer_than_its_tables() -> None:
+    """The views read these while a session waits (``HeldSessions``): the counters,
+    budget and minutes in memory, including a minute taken and not yet written."""
+    tabs: Tables = ({}, {}, {}, {})
+    p = EventProcessor(*tabs)
+    p.apply(TraceEvent("budget", "a", 0, T0, budget=Budget(max_tokens=100)), 0, 0)
+    p.apply(_ev("a", 1), 0, 1)
+    _commit(p, tabs, 0.0, 5.0, {0: 2}, {})  # new: written at once
+    assert p.held_minutes("a") == [MinuteCounts.decode(v) for v in tabs[2].values()]
+    p.apply(TraceEvent("model_step", "a", 2, T0 + 1000, input_tokens=7), 0, 2)
+    p.apply(_ev("a", 3, "tool_call"), 0, 3)  # same minute
+    p.apply(TraceEvent("tool_call", "a", 4, T0 + 61_000, tool_name="t", call_id="c4"), 0, 4)
+    plan = _commit(p, tabs, 1.0, 5.0, {0: 5}, {})
+    assert plan.waiting_ids == {"a"}
+    stored_budget = BudgetState.decode(tabs[1][b"a"])
+    held_budget = p.held_budget("a")
+    assert held_budget is not None and held_budget.last_seq == 2 > stored_budget.last_seq
+    minutes = p.held_minutes("a")
+    assert [(m.minute_start_ms, m.tool_calls) for m in minutes] == [(T0, 2), (T0 + 60_000, 1)]
+    assert [MinuteCounts.decode(v).tool_calls for v in tabs[2].values()] == [1]
+    # taken, not yet written: still what the views must show
+    pending = p.take_dirty()
+    assert [m.tool_calls for m in p.held_minutes("a")] == [2, 1]
+    _write(p, tabs, pending)
+    assert p.held_budget("b") is None and p.held_minutes("b") == [] and p.counters("b") is None

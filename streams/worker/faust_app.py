@@ -439,10 +439,14 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         """Faust's ``_commit_tps`` with the write-behind state flushed first.
 
         Order (docs/guarantees.md): (1) under the batch handler's lock (no batch is
-        half applied or half sent), the committable offsets are taken and the dirty
-        values are taken (immutable snapshots, not yet encoded) with no ``await`` in
-        between, so they cover at least the events up to those offsets (plus
-        timer-made changes); the engine snapshots are taken in 2 ms slices under the
+        half applied or half sent), the plan says which changed sessions are due
+        (``EventProcessor.plan_engines``; the others wait, and each partition's
+        offset is held back to the first event a waiting session has not written),
+        the committable offsets are taken and the dirty values of the sessions that
+        do not wait are taken (immutable snapshots, not yet encoded) with no
+        ``await`` in between, so the tables cover at least the events up to those
+        offsets (plus timer-made changes); the due engine snapshots are taken in 2 ms
+        slices under the
         same lock with batches running in between (snapshotting them all at once
         held every batch too long), so an engine may cover later events too,
         whose outputs step (3) flushes before the state is written; (2) the values

@@ -124,11 +124,14 @@ class EnginePlan:
     #: events partition -> the lowest offset a waiting engine has not written: the
     #: commit of that partition goes no further
     hold: dict[int, int]
-    #: how many dirty engines wait (not due)
-    waiting: int = 0
     #: the sessions whose engine waits: their counters, budget and minutes wait too
     #: (``take_dirty(waiting=...)``)
     waiting_ids: frozenset[str] = frozenset()
+
+    @property
+    def waiting(self) -> int:
+        """How many changed sessions wait (not due)."""
+        return len(self.waiting_ids)
 
 
 @dataclass(frozen=True, slots=True)
@@ -463,11 +466,9 @@ class EventProcessor:
             # may raise InvalidEventError: nothing changed yet
             engine_out = self._engine(sid).on_event(event)
             # applied, or a redelivery (see the invariants)
-            if sid not in self._dirty_engines:
-                self._dirty_engines[sid] = self._plan_s
-                self._engine_first[sid] = (partition, offset)
-            elif sid not in self._engine_first:  # dirty from the timer only
-                self._engine_first[sid] = (partition, offset)
+            self._dirty_engines.setdefault(sid, self._plan_s)
+            # the first event since the engine was taken (a timer change records none)
+            self._engine_first.setdefault(sid, (partition, offset))
         self._partition[sid] = partition
         recency = self._recency
         if sid in recency:
@@ -680,7 +681,7 @@ class EventProcessor:
                     held = hold.get(partition)
                     if held is None or offset < held:
                         hold[partition] = offset
-        return EnginePlan(tuple(due), hold, len(waiting), frozenset(waiting))
+        return EnginePlan(tuple(due), hold, frozenset(waiting))
 
     def take_dirty(
         self,

@@ -451,9 +451,9 @@ class EventProcessor:
     ) -> ApplyResult:
         """Apply ``event`` (from ``partition`` of the source topic, at ``offset``) in memory.
 
-        ``offset`` lets the session's engine wait for a later flush than its counters
-        (:meth:`plan_engines` holds that partition's offset commit back to it); an
-        engine changed by an event without one is flushed at the next commit.
+        ``offset`` lets the session's values wait for a later commit's flush
+        (:meth:`plan_engines` holds that partition's offset commit back to it); a
+        session changed by an event without one is flushed at the next commit.
 
         Raises :class:`~streams.errors.InvalidEventError` before any value
         changed if the event is invalid, including one whose content cannot be

@@ -272,15 +272,22 @@ def _topic_kind(prefix: str, topic: str) -> tuple[bool, str | None]:
 
 
 def published_at(
-    topic: str, partition: int, offset: int, headers: list[tuple[str, bytes | None]] | None
+    topic: str,
+    partition: int,
+    offset: int,
+    headers: list[tuple[str, bytes | None]] | None,
+    key: bytes | None = None,
 ) -> tuple[str, int, int]:
     """Where a record was first published: the router forwards each event to
-    ``<prefix>.events`` with ``src.topic`` / ``src.partition`` / ``src.offset``
-    headers, and the worker's dead letters name those coordinates; a record without
-    them is its own origin."""
-    found = {k: v for k, v in headers or () if k.startswith("src.") and v is not None}
-    src, part, off = found.get("src.topic"), found.get("src.partition"), found.get("src.offset")
-    if src is None or part is None or off is None or not (part.isdigit() and off.isdigit()):
+    ``<prefix>.events`` with its source offset in ``src.*`` headers
+    (``streams.router.validate.forwarded_from``; ``key`` is the record's), and the
+    worker's dead letters name those coordinates; a record without them is its
+    own origin."""
+    found = _router_validate().forwarded_from(topic, key, headers)
+    if found is None:
+        return topic, partition, offset
+    src, part, off, _key = found
+    if not (part.isdigit() and off.isdigit()):
         return topic, partition, offset
     return src.decode("utf-8", "replace"), int(part), int(off)
 
@@ -556,7 +563,7 @@ class TopicReader(Generic[T]):
                         item = decode(value)
                     except decode_errors as exc:
                         where = published_at(
-                            msg.topic(), msg.partition(), msg.offset(), msg.headers()
+                            msg.topic(), msg.partition(), msg.offset(), msg.headers(), key
                         )
                         self._fail(*where, f"{type(exc).__name__}: {exc}", exc)
                         continue
@@ -564,7 +571,7 @@ class TopicReader(Generic[T]):
                         refused = check(item, msg.topic(), key, size)
                         if refused is not None:
                             where = published_at(
-                                msg.topic(), msg.partition(), msg.offset(), msg.headers()
+                                msg.topic(), msg.partition(), msg.offset(), msg.headers(), key
                             )
                             self._fail(*where, f"refused as live ingest does: {refused}")
                             continue

@@ -173,12 +173,52 @@ class FramingDecoder(EventDecoder, Protocol):
 
 
 #: Headers the router adds to every forwarded event: where it was published (the
-#: worker puts them on a dead letter as ``dlq.source.*``), and the original key when
-#: it differs from the session id the router keys ``<prefix>.events`` by.
+#: worker puts them on a dead letter as ``dlq.source.*``): ``src.offset`` always,
+#: ``src.partition`` when it is not 0, and ``src.key``, the original key, when it
+#: differs from the session id the router keys ``<prefix>.events`` by.
+#: ``src.topic`` is implied by the key (:func:`forwarded_from`); routers before
+#: the one-header change wrote it, and readers still honour it.
 SRC_TOPIC = "src.topic"
 SRC_PARTITION = "src.partition"
 SRC_OFFSET = "src.offset"
 SRC_KEY = "src.key"
+_EVENTS_SUFFIX = ".events"
+
+
+def forwarded_from(
+    topic: str, key: bytes | None, headers: list[tuple[str, bytes | None]] | None
+) -> tuple[bytes, bytes, bytes, bytes | None] | None:
+    """Where the router read a record it forwarded: ``(topic, partition, offset,
+    original key)`` as header bytes, or None for a record it did not forward.
+
+    ``topic``, ``key`` and ``headers`` are the record's in ``<prefix>.events``.
+    A router forwards with ``src.offset`` (and ``src.partition`` unless 0); the
+    source topic is ``<prefix>.session.<key>``: the router accepts an event only
+    from its own session's topic and keys it by that session id, and ``<prefix>``
+    is where the record is (``<prefix>.events``).  Records of older routers name
+    the topic in ``src.topic``; that wins.  Invariant: for every record a router
+    forwarded, this gives the coordinates it consumed it at.
+    """
+    found: dict[str, bytes] = {}
+    for name, value in headers or ():
+        if name.startswith("src.") and value is not None:
+            found[name] = bytes(value)
+    offset = found.get(SRC_OFFSET)
+    if offset is None:
+        return None
+    src = found.get(SRC_TOPIC)
+    if src is None:
+        if key is None or not topic.endswith(_EVENTS_SUFFIX):
+            return None
+        src = session_prefix(topic[: -len(_EVENTS_SUFFIX)]).encode() + key
+    original = found.get(SRC_KEY, key)
+    return (
+        src,
+        found.get(SRC_PARTITION, b"0"),
+        offset,
+        # an empty src.key: the publisher sent no key
+        original if original != b"" or SRC_KEY not in found else None,
+    )
 
 
 def _long_at(data: bytes, pos: int) -> tuple[int, int]:
@@ -405,6 +445,7 @@ __all__ = [
     "check_routing",
     "dlq_headers",
     "event_error",
+    "forwarded_from",
     "session_id_of_topic",
     "session_prefix",
 ]

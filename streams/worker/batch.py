@@ -46,7 +46,7 @@ from streams.errors import (
     OutputError,
     SerdeError,
 )
-from streams.router.validate import event_error
+from streams.router.validate import event_error, forwarded_from
 
 if TYPE_CHECKING:
     from streams.worker.metrics import WorkerMetrics
@@ -83,32 +83,22 @@ class RecordLike(Protocol):
 def source_of(record: RecordLike) -> tuple[bytes, bytes, bytes, bytes | None]:
     """Where an event was first published: (topic, partition, offset, key).
 
-    The router forwards each event with ``src.topic`` / ``src.partition`` /
-    ``src.offset`` headers (and ``src.key`` when the original key was not the
-    session id), so a dead letter made here names the per-session topic record an
-    operator can find, like the router's own (decode once: the router no longer
-    fully decodes, the worker does).  A record without them (written to
-    ``<prefix>.events`` by something else) names its own coordinates.
+    The router forwards each event with its source offset in ``src.*`` headers
+    (``streams.router.validate.forwarded_from`` derives the rest), so a dead
+    letter made here names the per-session topic record an operator can find,
+    like the router's own (decode once: the router no longer fully decodes, the
+    worker does).  A record without them (written to ``<prefix>.events`` by
+    something else) names its own coordinates.
     """
-    found: dict[str, bytes] = {}
-    for name, value in getattr(record, "headers", None) or ():
-        if name.startswith("src.") and value is not None:
-            found[name] = bytes(value)
-    topic = found.get("src.topic")
-    if topic is None:
+    found = forwarded_from(record.topic, record.key, getattr(record, "headers", None))
+    if found is None:
         return (
             str(record.topic).encode(),
             str(record.partition).encode(),
             str(record.offset).encode(),
             record.key,
         )
-    key = found.get("src.key", record.key)
-    return (
-        topic,
-        found.get("src.partition", b""),
-        found.get("src.offset", b""),
-        key if key != b"" or "src.key" not in found else None,
-    )
+    return found
 
 
 def dlq_headers(exc: BaseException, record: RecordLike) -> Headers:

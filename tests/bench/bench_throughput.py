@@ -184,15 +184,16 @@ def stage_raw(ctx: Context, *, headers: bool = False, txn: bool = False) -> Stag
     so the router's gap to ``raw`` splits into what the client library charges
     for that work and what our code adds (``router`` minus ``raw-txn``):
 
-    * ``headers=True`` (``raw-headers``): every record carries the three
-      ``src.*`` headers the router adds (its decode-once contract with the worker);
+    * ``headers=True`` (``raw-headers``): every record carries the ``src.*``
+      headers the router adds (its decode-once contract with the worker: the
+      source offset, and the partition when it is not 0);
     * ``txn=True`` (``raw-txn``): also exactly-once, as the router runs by
       default: a transactional producer, the consumer's offsets sent in the
       transaction, a commit per ``--batch-size`` records or ``--batch-ms``.
     """
     from confluent_kafka import TopicPartition
 
-    from streams.router.validate import SRC_OFFSET, SRC_PARTITION, SRC_TOPIC
+    from streams.router.validate import SRC_OFFSET, SRC_PARTITION
 
     s = ctx.settings
     scratch = f"{s.prefix}.scratch"
@@ -252,10 +253,10 @@ def stage_raw(ctx: Context, *, headers: bool = False, txn: bool = False) -> Stag
                 in_txn += 1
                 moved[(m.topic(), m.partition())] = m.offset() + 1  # type: ignore[arg-type,operator]
             hdrs: Any = None
-            if headers:
+            if headers:  # as the router writes them
                 hdrs = m.headers() or []
-                hdrs.append((SRC_TOPIC, m.topic().encode()))  # type: ignore[union-attr]
-                hdrs.append((SRC_PARTITION, b"%d" % m.partition()))
+                if m.partition():
+                    hdrs.append((SRC_PARTITION, b"%d" % m.partition()))
                 hdrs.append((SRC_OFFSET, b"%d" % m.offset()))
             while True:
                 try:
@@ -280,7 +281,7 @@ def stage_raw(ctx: Context, *, headers: bool = False, txn: bool = False) -> Stag
 
 
 def stage_raw_headers(ctx: Context) -> StageResult:
-    """``raw`` + the router's three ``src.*`` headers per record (see :func:`stage_raw`)."""
+    """``raw`` + the router's ``src.*`` headers per record (see :func:`stage_raw`)."""
     return stage_raw(ctx, headers=True)
 
 

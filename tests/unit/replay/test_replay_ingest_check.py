@@ -65,6 +65,13 @@ def test_a_forwarded_record_is_located_where_it_was_published() -> None:
     assert published_at("p.events", 2, 900, src) == ("p.session.s1", 0, 41)
     assert published_at("p.events", 2, 900, None) == ("p.events", 2, 900)
     assert published_at("p.events", 2, 900, [("src.topic", b"x")]) == ("p.events", 2, 900)
+    # what the router writes now: the offset; the topic is implied by the key
+    assert published_at("p.events", 2, 900, [("src.offset", b"41")], b"s1") == (
+        "p.session.s1",
+        0,
+        41,
+    )
+    assert published_at("p.events", 2, 900, [("src.offset", b"41")]) == ("p.events", 2, 900)
 
 
 def test_the_check_covers_session_topics_and_the_events_topic_only() -> None:

@@ -20,6 +20,7 @@ from streams.router.validate import (
     check_event,
     check_message,
     dlq_headers,
+    forwarded_from,
     session_id_of_topic,
 )
 from streams.serde import EventSerde
@@ -172,3 +173,27 @@ def test_dlq_headers() -> None:
     }
     h2 = dict(dlq_headers(Rejected("r", "OversizedMessageError"), "t", 0, 0, original_size=99))
     assert h2[DLQ_ORIGINAL_SIZE] == b"99"
+
+
+def test_a_forwarded_record_names_its_source_from_one_header_and_its_key() -> None:
+    """The router writes src.offset (src.partition only when not 0); the topic is
+    <prefix>.session.<key>, the prefix the one of <prefix>.events."""
+    off = [("ct", b"1"), ("src.offset", b"41")]
+    assert forwarded_from("tp.events", b"s1", off) == (b"tp.session.s1", b"0", b"41", b"s1")
+    part = [("src.partition", b"3"), ("src.offset", b"7")]
+    assert forwarded_from("a.b.events", b"x-1", part) == (b"a.b.session.x-1", b"3", b"7", b"x-1")
+    # the publisher's own key travels in src.key; an empty one means it sent none
+    keyed = [*off, ("src.key", b"label")]
+    assert forwarded_from("tp.events", b"s1", keyed) == (b"tp.session.s1", b"0", b"41", b"label")
+    unkeyed = [*off, ("src.key", b"")]
+    assert forwarded_from("tp.events", b"s1", unkeyed) == (b"tp.session.s1", b"0", b"41", None)
+
+
+def test_an_older_routers_src_topic_wins_and_a_record_without_an_offset_is_not_forwarded() -> None:
+    legacy = [("src.topic", b"tp.session.s1"), ("src.partition", b"0"), ("src.offset", b"9")]
+    assert forwarded_from("other.events", b"zz", legacy) == (b"tp.session.s1", b"0", b"9", b"zz")
+    assert forwarded_from("tp.events", b"s1", None) is None
+    assert forwarded_from("tp.events", b"s1", [("src.topic", b"tp.session.s1")]) is None
+    # no topic to derive it from: no key, or not an <prefix>.events record
+    assert forwarded_from("tp.events", None, [("src.offset", b"1")]) is None
+    assert forwarded_from("tp.other", b"s1", [("src.offset", b"1")]) is None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -118,18 +119,32 @@ def test_bad_records_are_dead_lettered_with_reasons_and_the_batch_goes_on() -> N
     assert h.processor.applied == 2
 
 
-def _src(topic: str, partition: int, offset: int, key: bytes | None = None) -> Any:
-    """The headers the router puts on a forwarded event (streams/router/router.py)."""
-    h = [("ct", b"avro"), ("src.topic", topic.encode()), ("src.partition", b"%d" % partition)]
+def _src_headers(
+    topic: str, partition: int, offset: int, key: bytes | None = None, *, legacy: bool = False
+) -> Any:
+    """The headers the router puts on a forwarded event (streams/router/router.py):
+    the offset, the partition unless 0 (the topic is implied by the key), the
+    original key if it differed; ``legacy``: as routers before the one-header
+    change wrote them, the topic and partition always."""
+    h = [("ct", b"avro")]
+    if legacy:
+        h += [("src.topic", topic.encode()), ("src.partition", b"%d" % partition)]
+    elif partition:
+        h.append(("src.partition", b"%d" % partition))
     h.append(("src.offset", b"%d" % offset))
     if key is not None:
         h.append(("src.key", key))
     return tuple(h)
 
 
-def test_what_the_router_no_longer_checks_is_dead_lettered_with_the_source_coordinates() -> None:
+@pytest.mark.parametrize("legacy", [False, True], ids=["one-header", "legacy-headers"])
+def test_what_the_router_no_longer_checks_is_dead_lettered_with_the_source_coordinates(
+    legacy: bool,
+) -> None:
     """Decode once: the router forwards after a framing check; the worker refuses a
-    truncated body and a bad seq/timestamp, naming the per-session topic record."""
+    truncated body and a bad seq/timestamp, naming the per-session topic record
+    (derived from the key, or named by an older router's ``src.topic``)."""
+    _src = functools.partial(_src_headers, legacy=legacy)
     good = looping(2)
     truncated = SERDE.encode(good[1])[:-4]
     negative = SERDE.encode(TraceEvent("message", "s1", -1, 5, text="x"))

@@ -314,8 +314,29 @@ def _session_bytes(session: str) -> bytes:
 
 #: Length of the Avro single-object header (C3 01 + 8-byte fingerprint).
 _SINGLE_OBJECT_HEADER = 10
-#: Bound on the per-(session, type) verdict cache (sessions come and go).
+#: Bound on the per-topic cache (sessions come and go).
 _MAX_CACHED = 100_000
+#: The fast path's facts about one session topic: the smallest message it can
+#: accept (header + type + length + id), the one-byte zig-zag varint of the id's
+#: length (-1: the id is too long for one byte, so no fast path), the id, its
+#: UTF-8 bytes, and the shared Accepted verdict per type-enum byte (None: not a
+#: known type or an odd byte; 128 entries, so any one-byte varint indexes it).
+_TopicFacts = tuple[int, int, str, bytes, tuple[Accepted | None, ...]]
+
+
+def _topic_facts(sid: str) -> _TopicFacts:
+    sid_bytes = sid.encode("utf-8")
+    n = len(sid_bytes)
+    verdicts: list[Accepted | None] = [None] * 0x80
+    for index, etype in enumerate(EVENT_TYPES):
+        verdicts[2 * index] = Accepted(session_id=sid, seq=-1, type=etype)
+    return (
+        _SINGLE_OBJECT_HEADER + 2 + n,
+        2 * n if 2 * n < 0x80 else -1,
+        sid,
+        sid_bytes,
+        tuple(verdicts),
+    )
 
 
 class RoutingCheck:
@@ -324,7 +345,9 @@ class RoutingCheck:
     Why: at ~100k events/s every per-message allocation and call shows in the
     profile (keyword call, ``check_framing``'s tuple, two varint calls, a slice,
     a frozen dataclass per event).  This does the same checks with cached
-    per-topic and per-header facts.
+    per-topic and per-header facts: for the first header the decoder accepted
+    (one writer schema, the common case) a ``startswith`` and three byte
+    compares, and a prebuilt verdict per (topic, type).
 
     Invariant: it returns exactly what ``check_routing(value, topic, ...)``
     returns.  The fast path only ever *accepts*: a message whose header is a
@@ -336,7 +359,7 @@ class RoutingCheck:
     The :class:`Accepted` values are shared per (session, type): they are frozen.
     """
 
-    __slots__ = ("_accepted", "_decoder", "_headers", "_max", "_prefix", "_topics")
+    __slots__ = ("_decoder", "_headers", "_max", "_prefix", "_primary", "_topics")
 
     def __init__(self, *, prefix: str, decoder: FramingDecoder, max_message_bytes: int) -> None:
         self._prefix = prefix
@@ -345,23 +368,36 @@ class RoutingCheck:
         #: single-object headers check_framing accepted with resolve=False (one per
         #: known writer fingerprint: unknown ones raise, so this stays tiny)
         self._headers: set[bytes] = set()
-        #: topic -> (session id, its UTF-8 bytes); None: not a session topic
-        self._topics: dict[str, tuple[str, bytes] | None] = {}
-        self._accepted: dict[tuple[str, int], Accepted] = {}
+        #: the first of them: checked with ``startswith``, no slice
+        self._primary: bytes | None = None
+        #: topic -> its facts; None: not a session topic
+        self._topics: dict[str, _TopicFacts | None] = {}
 
     def __call__(self, value: bytes | None, topic: str) -> Verdict:
         try:
-            session = self._topics[topic]
+            facts = self._topics[topic]
         except KeyError:
             if len(self._topics) >= _MAX_CACHED:
                 self._topics.clear()
             sid = session_id_of_topic(self._prefix, topic)
-            session = self._topics[topic] = None if sid is None else (sid, sid.encode("utf-8"))
-        if session is not None and value and len(value) <= self._max:
-            if value[:_SINGLE_OBJECT_HEADER] in self._headers:
-                verdict = self._accept(value, session)
-                if verdict is not None:
-                    return verdict
+            facts = self._topics[topic] = None if sid is None else _topic_facts(sid)
+        if facts is not None and value and len(value) <= self._max:
+            primary = self._primary
+            if primary is not None and value.startswith(primary):
+                if len(value) >= facts[0]:
+                    b = value[_SINGLE_OBJECT_HEADER]
+                    if (
+                        b < 0x80
+                        and value[_SINGLE_OBJECT_HEADER + 1] == facts[1]
+                        and value.startswith(facts[3], _SINGLE_OBJECT_HEADER + 2)
+                    ):
+                        verdict = facts[4][b]
+                        if verdict is not None:
+                            return verdict
+            elif value[:_SINGLE_OBJECT_HEADER] in self._headers:
+                accepted = self._accept(value, facts)
+                if accepted is not None:
+                    return accepted
             elif value[0] == 0xC3 and len(self._headers) < 64:
                 self._learn(value)
         return check_routing(
@@ -375,32 +411,23 @@ class RoutingCheck:
         except (SerdeError, InvalidEventError):
             return  # check_routing refuses it with the reason
         if not resolve and pos == _SINGLE_OBJECT_HEADER:
-            self._headers.add(bytes(value[:_SINGLE_OBJECT_HEADER]))
+            header = bytes(value[:_SINGLE_OBJECT_HEADER])
+            self._headers.add(header)
+            if self._primary is None:
+                self._primary = header
 
-    def _accept(self, value: bytes, session: tuple[str, bytes]) -> Accepted | None:
-        """The fast path (class docstring); None: let check_routing decide."""
-        sid, sid_bytes = session
-        n = len(sid_bytes)
-        if len(value) < _SINGLE_OBJECT_HEADER + 2 + n:
+    @staticmethod
+    def _accept(value: bytes, facts: _TopicFacts) -> Accepted | None:
+        """The fast path for a known header other than the first (class
+        docstring); None: let check_routing decide."""
+        if len(value) < facts[0]:
             return None
         b = value[_SINGLE_OBJECT_HEADER]
-        length = value[_SINGLE_OBJECT_HEADER + 1]
-        # one-byte zig-zag varints: a non-negative v is encoded as 2*v < 0x80
-        if b >= 0x80 or b & 1 or length != 2 * n or length >= 0x80:
+        if b >= 0x80 or value[_SINGLE_OBJECT_HEADER + 1] != facts[1]:
             return None
-        index = b >> 1
-        if index >= _ENUM_SYMBOLS - 1 or not value.startswith(sid_bytes, _SINGLE_OBJECT_HEADER + 2):
+        if not value.startswith(facts[3], _SINGLE_OBJECT_HEADER + 2):
             return None
-        key = (sid, index)
-        try:
-            return self._accepted[key]
-        except KeyError:
-            if len(self._accepted) >= _MAX_CACHED:
-                self._accepted.clear()
-            verdict = self._accepted[key] = Accepted(
-                session_id=sid, seq=-1, type=EVENT_TYPES[index]
-            )
-            return verdict
+        return facts[4][b]
 
 
 def dlq_headers(

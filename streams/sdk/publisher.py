@@ -101,6 +101,14 @@ from streams.topics import (
 #: How many delivery failures a DeliveryError message spells out.
 _SHOWN_FAILURES: Final = 5
 
+#: The producer's ``linger.ms`` unless ``producer_config`` sets it.  An agent
+#: publishes a few events a second, each alone in its batch, so a longer linger
+#: only delays it: a plain idempotent lz4 producer acked p50 1.1 / 2.3 / 6.6 ms
+#: at linger 0 / 1 / 5 for the same librdkafka CPU per message (~100-125 us,
+#: per request, not per linger), and 50,000 SDK events in a loop took as long at
+#: 1 as at 5 (docs/kafka-notes.md "Measured defaults of the router and the SDK").
+DEFAULT_LINGER_MS: Final = 1
+
 
 def now_ms() -> int:
     """Wall-clock epoch milliseconds (the SDK is the shell; the core never calls this)."""
@@ -173,7 +181,7 @@ class Publisher:
         )
         config: dict[str, Any] = {
             "bootstrap.servers": s.bootstrap,
-            "linger.ms": 5,
+            "linger.ms": DEFAULT_LINGER_MS,
             "compression.type": "lz4",
             "message.max.bytes": max(1_000_000, s.max_message_bytes + SIZE_MARGIN),
             **client_config(s.security),
@@ -788,4 +796,4 @@ class Session:
         return event
 
 
-__all__ = ["Publisher", "Session", "now_ms"]
+__all__ = ["DEFAULT_LINGER_MS", "Publisher", "Session", "now_ms"]

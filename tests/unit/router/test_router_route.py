@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from confluent_kafka import KafkaError, Message
 
-from streams.core.events import TraceEvent
+from streams.core.events import EventType, TraceEvent
 from streams.router.config import RouterConfig
 from streams.router.metrics import RouterMetrics
 from streams.router.router import Router
@@ -49,7 +49,7 @@ class RecordingProducer:
         return 0
 
 
-def event(sid: str, seq: int, etype: str = "tool_call") -> bytes:
+def event(sid: str, seq: int, etype: EventType = "tool_call") -> bytes:
     if etype == "session_end":
         return SERDE.encode(TraceEvent("session_end", sid, seq, 1_000 + seq))
     return SERDE.encode(

@@ -1466,28 +1466,22 @@ class Router:
         self._txn_open = True
 
     def _route(self, msgs: list[Message]) -> None:
-        """Handle consumed messages in order: what ``for m in msgs: self._handle(m)``
-        does, with the common case written out.
+        """Handle consumed messages in order: route each accepted event to
+        ``<prefix>.events``, dead-letter what the check refuses, note announcements.
 
-        The loop below is :meth:`_handle` and :meth:`_produce` inlined for an
-        event from a session topic that the check accepts, inside an open
-        transaction, with no commit in flight; what it uses is bound once per
-        batch.  Everything else (consumer errors, announcements, rejected input,
-        the first message of a transaction, a commit in flight) goes through
-        :meth:`_handle`.  Invariant: the effects are those of :meth:`_handle`,
-        message by message (the same state, counters, headers and records; the
-        router's tests run through this path).  Why: the per-message method calls
-        and attribute lookups were ~1.3 us of Python per event against ~1.5 us
-        for the ``produce`` call itself (docs/kafka-notes.md "Router: one source
-        header, one loop").
+        One loop per consumed batch, with what it uses bound once per batch and the
+        ``produce`` call made here (not through :meth:`_produce`) unless a
+        background commit is in flight (its successor's records are queued).  Why:
+        a call to a per-message handler and to ``_produce`` per event, and their
+        attribute lookups, were ~1.3 us of Python per event against ~1.5 us for the
+        ``produce`` call itself (docs/kafka-notes.md "Router: one source header,
+        one loop").  Invariant: routing a batch in one call or message by message
+        has the same effects (``tests/unit/router/test_router_route.py``).
         """
         if not msgs:
             return
         producer = self._producer
-        if producer is None or self._inflight is not None:
-            for msg in msgs:
-                self._handle(msg)
-            return
+        assert producer is not None
         produce = producer.produce
         check = self._check
         keys = self._keys
@@ -1498,87 +1492,48 @@ class Router:
         events_topic = self._events_topic
         pause_ended = self._pause_ended
         metrics = self.metrics
+        queue = self._inflight is not None  # set only by the commit, after this loop
         for msg in msgs:
-            topic = msg.topic()
-            if topic is None or topic == control or not self._in_txn or msg.error() is not None:
-                self._handle(msg)
+            err = msg.error()
+            if err is not None:
+                if err.fatal() or err.code() == KafkaError._FATAL:
+                    raise _ConsumerFenced(f"consumer fatal error: {err}")
+                # Informational (e.g. a topic deleted under us); librdkafka recovers.
+                log.warning("consumer: %s", err)
                 continue
-            value = msg.value()
-            verdict = check(value, topic)
-            if type(verdict) is not Accepted:
-                self._handle(msg)  # the check again (pure), then the dead letter
-                continue
+            if not self._in_txn:
+                self._begin()
             self._txn_msgs += 1
+            topic = msg.topic()
+            assert topic is not None
             partition = msg.partition() or 0
             offset = msg.offset() or 0
+            # What the next commit sends (both guarantees): only the partitions that moved.
             source = (topic, partition)
             uncommitted[source] = offset + 1
             if exactly_once and source not in first:
                 first[source] = offset
+            if topic == control:
+                self._handle_announcement(msg)
+                continue
+            value = msg.value()
+            verdict = check(value, topic)
+            if type(verdict) is not Accepted:
+                assert isinstance(verdict, Rejected)
+                self._dead_letter(msg, verdict)
+                continue
             sid = verdict.session_id
             key = keys.get(sid)
             if key is None:
                 if len(keys) >= 100_000:  # bounded: sessions come and go
                     keys.clear()
                 key = keys[sid] = sid.encode("utf-8")
-            headers: Any = msg.headers() or []  # see _handle
-            if partition:
-                headers.append((SRC_PARTITION, b"%d" % partition))
-            headers.append((SRC_OFFSET, b"%d" % offset))
-            src_key = msg.key()
-            if src_key != key:
-                headers.append((SRC_KEY, src_key if src_key is not None else b""))
-            ts = msg.timestamp()[1]
-            try:
-                produce(events_topic, value, key, timestamp=ts if ts > 0 else 0, headers=headers)
-            except BufferError:
-                self._produce(events_topic, value, key, headers, ts)  # waits for room
-            except KafkaException as exc:
-                raise self._produce_error(events_topic, exc) from exc
-            self._txn_routed += 1
-            if pause_ended and verdict.type == "session_end":
-                self._ending.add(source)
-            if metrics is not None:
-                metrics.on_accepted(verdict.type)
-
-    def _handle(self, msg: Message) -> None:
-        err = msg.error()
-        if err is not None:
-            if err.fatal() or err.code() == KafkaError._FATAL:
-                raise _ConsumerFenced(f"consumer fatal error: {err}")
-            # Informational (e.g. a topic deleted under us); librdkafka recovers itself.
-            log.warning("consumer: %s", err)
-            return
-        if not self._in_txn:
-            self._begin()
-        self._txn_msgs += 1
-        topic = msg.topic()
-        assert topic is not None
-        partition = msg.partition() or 0
-        offset = msg.offset() or 0
-        # What the next commit sends (both guarantees): only the partitions that moved.
-        source = (topic, partition)
-        self._uncommitted[source] = offset + 1
-        if source not in self._first and self._exactly_once:
-            self._first[source] = offset
-        if topic == self._control_topic:
-            self._handle_announcement(msg)
-            return
-        value = msg.value()
-        verdict = self._check(value, topic)
-        if isinstance(verdict, Accepted):
-            sid = verdict.session_id
-            key = self._keys.get(sid)
-            if key is None:
-                if len(self._keys) >= 100_000:  # bounded: sessions come and go
-                    self._keys.clear()
-                key = self._keys[sid] = sid.encode("utf-8")
             # Where it came from, for the worker's dead letters (decode once): the
             # offset, and the partition when it is not 0.  The topic is implied: an
             # accepted event's session id is its topic's, and the key is that id,
             # so readers derive ``<prefix>.session.<key>`` (SRC_TOPIC, only ever
             # written by older routers).  One header instead of three: ~0.6 us of
-            # CPU per event (docs/kafka-notes.md "Router: one source header").
+            # CPU per event (docs/kafka-notes.md "Router: one source header, one loop").
             headers: Any = msg.headers() or []  # a fresh list per consumed message
             if partition:
                 headers.append((SRC_PARTITION, b"%d" % partition))
@@ -1586,14 +1541,22 @@ class Router:
             src_key = msg.key()
             if src_key != key:
                 headers.append((SRC_KEY, src_key if src_key is not None else b""))
-            self._produce(self._events_topic, value, key, headers, msg.timestamp()[1])
+            ts = msg.timestamp()[1]
+            if queue:
+                self._produce(events_topic, value, key, headers, ts)
+            else:
+                when = ts if ts > 0 else 0  # 0 = "now": the source had no timestamp
+                try:  # what _produce does, without the call
+                    produce(events_topic, value, key, timestamp=when, headers=headers)
+                except BufferError:
+                    self._produce(events_topic, value, key, headers, ts)  # waits for room
+                except KafkaException as exc:
+                    raise self._produce_error(events_topic, exc) from exc
             self._txn_routed += 1
-            if verdict.type == "session_end" and self._pause_ended:
-                self._ending.add((topic, partition))
-            if self.metrics is not None:
-                self.metrics.on_accepted(verdict.type)
-        else:
-            self._dead_letter(msg, verdict)
+            if pause_ended and verdict.type == "session_end":
+                self._ending.add(source)
+            if metrics is not None:
+                metrics.on_accepted(verdict.type)
 
     def _dead_letter(self, msg: Message, rejected: Rejected) -> None:
         value = msg.value()

@@ -1,8 +1,9 @@
-"""``Router._route``: a consumed batch in one loop, the accepted-event path inlined.
+"""``Router._route``: a consumed batch in one loop, what it uses bound once per batch.
 
-Its invariant: the effects are those of ``Router._handle`` called per message, in
-order: the same records produced (topic, value, key, timestamp, headers), the same
-transaction counters and offsets, the same sessions marked as ending.  Pure code:
+Its invariant: routing a batch in one call or message by message has the same
+effects: the same records produced (topic, value, key, timestamp, headers), the
+same transaction counters and offsets, the same sessions marked as ending; and
+those effects are the ones spelled out below.  Pure code:
 ``Message`` objects built in Python and a producer that records its calls
 (``Router()`` connects nothing until ``start()``).
 """
@@ -77,7 +78,7 @@ def batch() -> list[Message]:
                        headers=headers, timestamp=(1, ts), error=error)  # fmt: skip
 
     return [
-        msg(s1, 0, 10, b"s1", event("s1", 0)),  # opens the transaction (_handle)
+        msg(s1, 0, 10, b"s1", event("s1", 0)),  # opens the transaction
         msg(s1, 0, 11, b"s1", event("s1", 1)),  # the inlined path from here
         msg(s1, 0, 12, b"s1", event("s1", 2), headers=[("ct", b"1")]),  # kept, then src.*
         msg(s2, 3, 7, b"label", event("s2", 0), ts=-1),  # src.partition, src.key, no time
@@ -120,18 +121,27 @@ def effects(r: Router) -> tuple[Any, ...]:
 
 
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
-def test_route_has_the_effects_of_handle_per_message(guarantee: str) -> None:
+def test_a_batch_routed_at_once_or_message_by_message_has_the_same_effects(guarantee: str) -> None:
     one_by_one = router(guarantee)
     for m in batch():
-        one_by_one._handle(m)
+        one_by_one._route([m])
     looped = router(guarantee)
     looped._route(batch())
     assert effects(looped) == effects(one_by_one)
-    # the premise: the batch met every branch, and the inlined path ran
+    # ... and they are the router's: every branch met, spelled out
     calls = effects(looped)[0]
+    begun = [c for c in calls if c[0] == "begin_transaction"]
+    assert len(begun) == (1 if guarantee == "exactly-once" else 0)
     produced = [c for c in calls if c[0] == "produce"]
     assert {c[1] for c in produced} == {SETTINGS.events_topic, SETTINGS.dlq_topic}
+    assert looped._txn_msgs == 10  # all but the consumer error
     assert looped._txn_routed == 7 and looped._txn_dlq == 2 and looped._txn_announce == 1
+    s1, s2 = SETTINGS.session_topic("s1"), SETTINGS.session_topic("s2")
+    assert looped._uncommitted == {(s1, 0): 16, (s2, 3): 10, (SETTINGS.control_topic, 0): 3}
+    expected_first = {(s1, 0): 10, (s2, 3): 7, (SETTINGS.control_topic, 0): 2}
+    assert looped._first == (expected_first if guarantee == "exactly-once" else {})
+    routed = [c for c in produced if c[1] == SETTINGS.events_topic]
+    assert [c[3] for c in routed] == [b"s1"] * 3 + [b"s2"] * 2 + [b"s1", b"s2"]  # by session
     assert (SETTINGS.session_topic("s1"), 0) in looped._ending
     by_offset = {dict(c[5]).get("src.offset"): c for c in produced if c[1] == SETTINGS.events_topic}
     assert by_offset[b"11"][5] == [("src.offset", b"11")]  # one header, topic implied
@@ -145,10 +155,10 @@ def test_route_has_the_effects_of_handle_per_message(guarantee: str) -> None:
     assert by_offset[b"8"][5][-1] == ("src.key", b"")
 
 
-def test_route_counts_the_same_metrics_as_handle() -> None:
+def test_a_batch_counts_the_same_metrics_at_once_or_message_by_message() -> None:
     one_by_one = router("exactly-once", metrics=True)
     for m in batch():
-        one_by_one._handle(m)
+        one_by_one._route([m])
     looped = router("exactly-once", metrics=True)
     looped._route(batch())
     a, b = one_by_one.metrics, looped.metrics

@@ -102,8 +102,13 @@ class RouterConfig:
     #: throughput under a backlog, see DEFAULT_LINGER_MS).
     linger_ms: int | None = None
     #: Regex re-evaluation period: librdkafka matches the subscription regex on
-    #: every full metadata refresh, so this bounds pickup when announcements are lost.
-    metadata_refresh_ms: int = 1000
+    #: every full metadata refresh, so this bounds pickup when announcements are lost
+    #: (an announcement requests the metadata at once).  3000, not 1000: with 1,000
+    #: session topics each refresh (every topic's metadata, the regex over all of
+    #: them) cost the router ~25 us of CPU per event at 1,000 events/s, 14 % of it
+    #: (docs/kafka-notes.md "Measured defaults"); pickup without an announcement
+    #: stays under the 5 s budget.
+    metadata_refresh_ms: int = 3000
     #: Broker long-poll for fetches; low so new partitions start fetching quickly.
     fetch_wait_max_ms: int = 50
     #: The broker answers a fetch once this many bytes are ready (or after

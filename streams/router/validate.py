@@ -316,27 +316,31 @@ def _session_bytes(session: str) -> bytes:
 _SINGLE_OBJECT_HEADER = 10
 #: Bound on the per-topic cache (sessions come and go).
 _MAX_CACHED = 100_000
+#: Slots of a topic's verdict list: one per one-byte ``type`` varint that can be a
+#: known type (even bytes below ``2 * len(EVENT_TYPES)``; odd ones stay None).
+_VERDICT_SLOTS = 2 * len(EVENT_TYPES)
 #: The fast path's facts about one session topic: the smallest message it can
 #: accept (header + type + length + id), the one-byte zig-zag varint of the id's
-#: length (-1: the id is too long for one byte, so no fast path), the id, its
-#: UTF-8 bytes, and the shared Accepted verdict per type-enum byte (None: not a
-#: known type or an odd byte; 128 entries, so any one-byte varint indexes it).
-_TopicFacts = tuple[int, int, str, bytes, tuple[Accepted | None, ...]]
+#: length (-1: the id is too long for one byte, so no fast path), the id's UTF-8
+#: bytes, the shared Accepted verdict per type byte (filled on first use: a topic
+#: sees a few types, and up to _MAX_CACHED topics are kept), and the id.
+_TopicFacts = tuple[int, int, bytes, list[Accepted | None], str]
 
 
 def _topic_facts(sid: str) -> _TopicFacts:
     sid_bytes = sid.encode("utf-8")
     n = len(sid_bytes)
-    verdicts: list[Accepted | None] = [None] * 0x80
-    for index, etype in enumerate(EVENT_TYPES):
-        verdicts[2 * index] = Accepted(session_id=sid, seq=-1, type=etype)
-    return (
-        _SINGLE_OBJECT_HEADER + 2 + n,
-        2 * n if 2 * n < 0x80 else -1,
-        sid,
-        sid_bytes,
-        tuple(verdicts),
-    )
+    length = 2 * n if 2 * n < 0x80 else -1
+    return (_SINGLE_OBJECT_HEADER + 2 + n, length, sid_bytes, [None] * _VERDICT_SLOTS, sid)
+
+
+def _verdict(facts: _TopicFacts, b: int) -> Accepted | None:
+    """The topic's shared Accepted for type byte ``b`` (< _VERDICT_SLOTS), made on
+    first use; None for an odd byte (a negative zig-zag varint: not a type)."""
+    if b & 1:
+        return None
+    verdict = facts[3][b] = Accepted(session_id=facts[4], seq=-1, type=EVENT_TYPES[b >> 1])
+    return verdict
 
 
 class RoutingCheck:
@@ -387,11 +391,11 @@ class RoutingCheck:
                 if len(value) >= facts[0]:
                     b = value[_SINGLE_OBJECT_HEADER]
                     if (
-                        b < 0x80
+                        b < _VERDICT_SLOTS
                         and value[_SINGLE_OBJECT_HEADER + 1] == facts[1]
-                        and value.startswith(facts[3], _SINGLE_OBJECT_HEADER + 2)
+                        and value.startswith(facts[2], _SINGLE_OBJECT_HEADER + 2)
                     ):
-                        verdict = facts[4][b]
+                        verdict = facts[3][b] or _verdict(facts, b)
                         if verdict is not None:
                             return verdict
             elif value[:_SINGLE_OBJECT_HEADER] in self._headers:
@@ -423,11 +427,11 @@ class RoutingCheck:
         if len(value) < facts[0]:
             return None
         b = value[_SINGLE_OBJECT_HEADER]
-        if b >= 0x80 or value[_SINGLE_OBJECT_HEADER + 1] != facts[1]:
+        if b >= _VERDICT_SLOTS or value[_SINGLE_OBJECT_HEADER + 1] != facts[1]:
             return None
-        if not value.startswith(facts[3], _SINGLE_OBJECT_HEADER + 2):
+        if not value.startswith(facts[2], _SINGLE_OBJECT_HEADER + 2):
             return None
-        return facts[4][b]
+        return facts[3][b] or _verdict(facts, b)
 
 
 def dlq_headers(

@@ -103,10 +103,11 @@ _SHOWN_FAILURES: Final = 5
 
 #: The producer's ``linger.ms`` unless ``producer_config`` sets it.  An agent
 #: publishes a few events a second, each alone in its batch, so a longer linger
-#: only delays it: a plain idempotent lz4 producer acked p50 1.1 / 2.3 / 6.6 ms
-#: at linger 0 / 1 / 5 for the same librdkafka CPU per message (~100-125 us,
-#: per request, not per linger), and 50,000 SDK events in a loop took as long at
-#: 1 as at 5 (docs/kafka-notes.md "Measured defaults of the router and the SDK").
+#: only delays it: a plain idempotent lz4 producer at 10 msg/s acked p50 2.3 /
+#: 3.4 / 7.6 ms at linger 0 / 1 / 5 for the same librdkafka CPU per message
+#: (~100 us, per request, not per linger), and 50,000 SDK events in a loop took
+#: as long at 1 as at 5 (``tests/bench/bench_sdk_linger.py``; docs/kafka-notes.md
+#: "Measured defaults of the router and the SDK").
 DEFAULT_LINGER_MS: Final = 1
 
 

@@ -24,7 +24,10 @@ Topics are NOT auto-created (every process here creates its own topics); pass
 
 The JVM heap is 1g ($TRAJECTORY_BROKER_HEAP, e.g. 2g): at 512m a broker that had
 seen ~20,000 topics created and deleted (benchmarks make 1,000 per run) died of
-java.lang.OutOfMemoryError after 95 minutes.
+java.lang.OutOfMemoryError after 95 minutes.  The collector is G1 (20 ms pause goal);
+$TRAJECTORY_BROKER_JVM_OPTS adds JVM flags after ours, e.g. '-Xlog:gc:file=/tmp/gc.log'
+for a GC log, or '-XX:+UseParallelGC' for ~10 % less broker CPU with longer pauses
+(docs/kafka-notes.md "Broker: the collector").
 """
 
 from __future__ import annotations

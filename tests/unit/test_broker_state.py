@@ -240,3 +240,25 @@ def test_cache_root_env_override(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     assert jars.kafka_home("3.9.1") == tmp_path.resolve() / "kafka" / "3.9.1"
     monkeypatch.delenv("TRAJECTORY_CACHE_DIR")
     assert jars.cache_root() == Path(__file__).resolve().parents[2] / ".cache"
+
+
+def test_broker_runs_g1_unless_jvm_opts_pick_a_collector(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("TRAJECTORY_BROKER_JVM_OPTS", raising=False)
+    cmd = LocalBroker(data_dir=tmp_path).java_command("java", "/libs")
+    assert [o for o in cmd if o.startswith("-XX:+Use")] == ["-XX:+UseG1GC"]
+    assert "-XX:MaxGCPauseMillis=20" in cmd
+    assert cmd[-2] == "kafka.Kafka"
+
+    # a collector named in the variable replaces ours (the JVM refuses two)
+    monkeypatch.setenv("TRAJECTORY_BROKER_JVM_OPTS", "-XX:+UseParallelGC")
+    cmd = LocalBroker(data_dir=tmp_path).java_command("java", "/libs")
+    assert [o for o in cmd if o.startswith("-XX:+Use")] == ["-XX:+UseParallelGC"]
+    assert "-XX:MaxGCPauseMillis=20" not in cmd
+
+    # other flags come after ours and keep our collector
+    monkeypatch.setenv("TRAJECTORY_BROKER_JVM_OPTS", "-Xlog:gc:file=/tmp/gc.log")
+    cmd = LocalBroker(data_dir=tmp_path).java_command("java", "/libs")
+    assert cmd.index("-Xlog:gc:file=/tmp/gc.log") > cmd.index("-XX:+UseG1GC")
+    assert cmd.index("-Xlog:gc:file=/tmp/gc.log") < cmd.index("kafka.Kafka")

@@ -30,6 +30,11 @@ wall clock (``time.time_ns() // 1e6``) when the event is published.  Same machin
 same clock.  Timer-triggered assessments are left out (their time is the
 worker's clock, not a publish time).
 
+``--age EVENTS`` publishes that many more events per session after the warm-up
+and waits for the worker, so the phases measure sessions with full trajectory
+windows (a long-running agent's; a flush re-encodes the whole window) instead of
+fresh ones.  ``--age 150`` adds ~50 s for 1,000 sessions.
+
 Example::
 
     KAFKA_BOOTSTRAP=127.0.0.1:9092 python tests/bench/bench_latency.py \\
@@ -535,6 +540,37 @@ def pct(values: list[int], q: float) -> float:
     return float(s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))])
 
 
+def age_sessions(
+    agents: list[Agent],
+    events: int,
+    publisher: Any,
+    base: str,
+    worker: subprocess.Popen[bytes],
+    timeout_s: float,
+) -> int:
+    """Publish ``events`` more events per session, round-robin at full speed, and wait
+    until the worker applied them; returns how many were published."""
+    t0 = time.monotonic()
+    target = applied(base)
+    n = 0
+    for _ in range(events):
+        for a in agents:
+            a.step()
+        n += len(agents)
+        if n % 20_000 < len(agents):
+            publisher.flush()
+    publisher.flush()
+    published_s = time.monotonic() - t0
+    if wait_applied(base, target + n, max(timeout_s, 600.0), worker) == float("inf"):
+        raise SystemExit("ageing the sessions did not complete; see the logs")
+    print(
+        f"aged: {events} more events per session ({n} in all) published in "
+        f"{published_s:.1f}s, applied by the worker after {time.monotonic() - t0:.1f}s",
+        flush=True,
+    )
+    return n
+
+
 def run_phase(
     agents: list[Agent], rate: float, duration_s: float, rng: random.Random
 ) -> tuple[int, float]:
@@ -575,6 +611,17 @@ def main() -> int:
         "--router-args",
         default="",
         help="extra router flags, e.g. --router-args='--guarantee at-least-once'",
+    )
+    ap.add_argument(
+        "--age",
+        type=int,
+        default=0,
+        metavar="EVENTS",
+        help="after the warm-up, publish EVENTS more events per session as fast as the "
+        "pipeline takes them and wait until the worker applied them, so the phases "
+        "measure sessions with full trajectory windows (a session's detector state "
+        "grows with its first ~50 tool calls, ~150 events; long-running agents are "
+        "there, a 20 s phase of fresh sessions is not); default 0",
     )
     ap.add_argument(
         "--keep-topics", action="store_true", help="do not delete this run's topics at the end"
@@ -690,6 +737,10 @@ def main() -> int:
                         )
                         if warm == float("inf"):
                             raise SystemExit("warm-up did not complete; see the logs")
+                        if args.age > 0:
+                            published += age_sessions(
+                                agents, args.age, publisher, base, worker, args.drain_timeout
+                            )
                     else:  # a new router: wait until it routes (resumes committed offsets)
                         probe_t0 = time.monotonic()
                         for a in agents[:10]:

@@ -28,7 +28,7 @@ Examples:
   trajectory worker                                  # traj.events, ./traj-observer-data
   trajectory worker --prefix demo --store memory --web-port 6067
   KAFKA_BOOTSTRAP=kafka:9092 trajectory worker --data-dir /var/lib/trajectory
-  trajectory worker --engine-flush-interval 10       # cheaper with thousands of sessions
+  trajectory worker --engine-flush-interval 5        # tables closer to live, more CPU
                                                      # (a crash re-processes up to ~11 s)
   trajectory worker --worker-id w1 --data-dir /var/lib/trajectory
       # static group member: restarted after a crash (same id and --web-port) it

@@ -39,7 +39,9 @@ MIN_SESSION_TIMEOUT_S = 6.0
 MAX_SESSION_TIMEOUT_S = 1800.0
 #: About how long a changed session (its detector state, counters, budget and
 #: minutes) waits for its flush (docs/guarantees.md "Sessions wait for their flush").
-DEFAULT_ENGINE_FLUSH_INTERVAL_S = 5.0
+#: 30 s, Kafka Streams' default commit interval: with full trajectory windows a flush
+#: re-encodes a session's whole state, and at 5 s that was half the worker's CPU.
+DEFAULT_ENGINE_FLUSH_INTERVAL_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)

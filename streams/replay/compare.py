@@ -127,6 +127,16 @@ class CompareReport:
                 lines += [f"  {d.describe()}" for d in s.differences[:RENDER_LIMIT]]
                 if len(s.differences) > RENDER_LIMIT:
                     lines.append(f"  ... and {len(s.differences) - RENDER_LIMIT} more (see --json)")
+                behind = s.behind()
+                if behind:
+                    lines.append(
+                        f"  {len(behind)} session(s) with live tables behind the replay "
+                        f"(live last_seq lower: {', '.join(behind[:5])}"
+                        f"{', ...' if len(behind) > 5 else ''}): a running worker writes a "
+                        "changed session about --engine-flush-interval (default 30 s) after "
+                        "the change; compare again once its /stats says engines_waiting 0, "
+                        "or after stopping it (docs/replay.md)"
+                    )
         lines += [f"note: {n}" for n in self.notes]
         lines.append(self.summary())
         return "\n".join(lines)

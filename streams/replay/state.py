@@ -302,6 +302,22 @@ class StateDiff:
     def ok(self) -> bool:
         return not self.differences
 
+    def behind(self) -> list[str]:
+        """Sessions whose live ``last_seq`` (counters or engine) is lower than the
+        replay's: the live tables lack the latest events.  A running worker writes a
+        changed session only about ``--engine-flush-interval`` after the change, so
+        this is what a compare too soon looks like (and also what lost state looks
+        like: the verdict stays a difference)."""
+        out: set[str] = set()
+        for d in self.differences:
+            if d.field == "last_seq" and d.table in ("sessions", "engines"):
+                try:
+                    if int(d.live) < int(d.replay):
+                        out.add(d.session_id)
+                except ValueError:
+                    continue
+        return sorted(out)
+
 
 def diff_tables(
     live: Tables,

@@ -78,6 +78,9 @@ class ChaosConfig:
     recovery_timeout_s: float = 45.0
     #: after the load stops: wait this long at most for the state to settle
     drain_timeout_s: float = 90.0
+    #: how long to wait for the worker to flush every waiting session before
+    #: compare-live: twice the default --engine-flush-interval and some
+    flush_wait_s: float = 75.0
     compare_live_timeout_s: float = 240.0
     #: input classes left out (diagnosis only: see chaos_inputs.class_counts)
     exclude: tuple[str, ...] = ()
@@ -816,6 +819,20 @@ def _drain(
         pause(1.0)
 
 
+def _wait_flushed(web_port: int, timeout_s: float) -> float | None:
+    """Seconds until the worker's ``/stats`` says no changed session waits for its
+    flush, plus two commits for the last flush's writes (None: not within
+    ``timeout_s``; compare-live then reports what the changelogs still lack)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        status, body = _http_json(f"http://127.0.0.1:{web_port}/stats")
+        if status == 200 and isinstance(body, dict) and body.get("engines_waiting") == 0:
+            time.sleep(2.0)
+            return round(time.monotonic() - t0, 1)
+        time.sleep(0.5)
+    return None
+
+
 def _collect(
     result: ChaosResult,
     cfg: ChaosConfig,
@@ -931,6 +948,11 @@ def _collect(
     result.processes_up_at_end["broker"] = broker.status().running
 
     # -- replay --compare-live --------------------------------------------------
+    # The changelogs lag the worker's memory by up to about twice
+    # --engine-flush-interval (docs/guarantees.md "Sessions wait for their flush"):
+    # compare once no changed session waits any more, as a user would.
+    waited = _wait_flushed(web_port, cfg.flush_wait_s)
+    log(f"chaos: worker's waiting sessions flushed after {waited}s")
     cmd = [
         sys.executable,
         "-m",

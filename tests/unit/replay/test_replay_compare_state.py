@@ -77,6 +77,26 @@ def test_regressed_session_is_named_by_table_and_field() -> None:
     assert f"s1 engines.last_seq: live 4, replay {full.last_seq}" in text
     assert any(t.startswith("s1 engines.analysis.") for t in text)
     assert {d.session_id for d in diff.differences} == {"s1"}  # s0, s2 are right
+    # the live tables lack s1's latest events: the report says what a too-early
+    # compare against a running worker looks like, and stays not clean
+    assert diff.behind() == ["s1"]
+    report = CompareReport(outputs=diff_live(ReplayResult(None), [], []), state=diff)
+    assert not report.ok
+    assert "1 session(s) with live tables behind the replay (live last_seq lower: s1)" in (
+        report.render()
+    )
+    # a live value *ahead* of the replay is not "behind"
+    live["sessions"][b"s1"], mine["sessions"][b"s1"] = (
+        mine["sessions"][b"s1"],
+        live["sessions"][b"s1"],
+    )
+    live["engines"][b"s1"], mine["engines"][b"s1"] = mine["engines"][b"s1"], live["engines"][b"s1"]
+    ahead = diff_tables(live, mine, sids(evs))
+    assert not ahead.ok and ahead.behind() == []
+    assert (
+        "behind the replay"
+        not in CompareReport(outputs=diff_live(ReplayResult(None), [], []), state=ahead).render()
+    )
 
 
 def test_missing_and_undecodable_live_values_are_differences() -> None:

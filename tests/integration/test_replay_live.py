@@ -144,7 +144,7 @@ def test_live_outputs_equal_replay(settings: Settings, tmp_path: Path, capsys) -
         router.stop()
 
 
-def wait_changelogs(settings: Settings, last_seq: dict[str, int], timeout_s: float = 60) -> None:
+def wait_changelogs(settings: Settings, last_seq: dict[str, int], timeout_s: float = 150) -> None:
     """Until each session's counters and engine state *in the changelogs* cover its
     last event (the worker writes its changelogs at each commit, after the outputs)."""
     deadline = time.monotonic() + timeout_s

@@ -62,7 +62,7 @@ def read_topic(settings: Settings, topic: str) -> list[tuple[bytes | None, bytes
     return out
 
 
-def engine_state(settings: Settings, session_id: str, want_seq: int, timeout_s: float = 60.0):
+def engine_state(settings: Settings, session_id: str, want_seq: int, timeout_s: float = 150.0):
     """The worker's flushed engine state of ``session_id`` once it covers ``want_seq``."""
     from streams.core.statecodec import decode_state
     from streams.worker.faust_app import changelog_topic

@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import marshal
 import math
 import re
 import zlib
@@ -472,13 +473,76 @@ _COMPOSITE_CHARS: int = 16_000_000
 _composite_chars: int = 0
 
 
+# Dicts (and lists).  A dict is mutable, so a record holding one (a tool call
+# record and its ``params``) is cached as its head and tail with the dict's field written afresh
+# at every encode; with full trajectory windows re-writing those dicts was most of
+# a worker's flush (docs/faust-notes.md "Full windows").  Their texts are cached
+# by *content*: the key is the dict's ``marshal.dumps(value, 2)`` (after a tag byte), which only
+# builtin types pass (an int, float and bool differ in it, a subclass or any other
+# object raises ValueError and is written as before), from which marshal.loads
+# rebuilds an equal value of the very same types: equal keys, equal content, the
+# same canonical text.  A dict changed in place gets other bytes, so a stale text
+# is never served; the same content in another dict (a looping agent's calls) is
+# a hit.  Version 2 writes no back-references, whose placement depends on
+# reference counts.  Only texts of a walk that succeeded are stored (a cycle or a
+# ``!``-key raises first), at most ``_FRAGMENT_MAX_CHARS`` long, in two
+# generations of ``_DICT_CACHE_LIMIT`` entries.  Lists are cached the same way;
+# keys start with ``D`` or ``L`` (marshal already tells a list from a dict; the
+# prefix keeps the two texts apart in any case).
+
+#: Entries per generation of the dict text cache (at most about twice this many).
+_DICT_CACHE_LIMIT: int = 50_000
+#: Characters (texts and keys) per generation of the dict text cache: with texts
+#: of up to ``_FRAGMENT_MAX_CHARS`` the entry count alone would allow ~1 GB.
+_DICT_CACHE_CHARS: int = 8_000_000
+_dict_chars: int = 0
+#: Dicts whose marshal form is longer are not looked up (their text would be too).
+_DICT_KEY_MAX_BYTES: int = 2 * 8192
+_dict_new: dict[bytes, str] = {}
+_dict_old: dict[bytes, str] = {}
+_marshal_dumps: Final = marshal.dumps
+
+
+def _content_key(value: dict[Any, Any] | list[Any], tag: bytes) -> bytes | None:
+    """The dict-text cache key of ``value`` (``tag``: ``D`` dict, ``L`` list), or None
+    when it holds anything but builtins, nests too deep, or is too long to cache."""
+    try:
+        key = tag + _marshal_dumps(value, 2)
+    except ValueError:
+        return None
+    return key if len(key) <= _DICT_KEY_MAX_BYTES else None
+
+
+def _dict_text_cached(key: bytes) -> str | None:
+    global _dict_new, _dict_old
+    text = _dict_new.get(key)
+    if text is None:
+        text = _dict_old.pop(key, None)
+        if text is not None:
+            _remember_dict_text(key, text)
+    return text
+
+
+def _remember_dict_text(key: bytes, text: str) -> None:
+    global _dict_new, _dict_old, _dict_chars
+    _dict_new[key] = text
+    _dict_chars += len(key) + len(text)
+    if len(_dict_new) > _DICT_CACHE_LIMIT or _dict_chars > _DICT_CACHE_CHARS:
+        _dict_old = _dict_new
+        _dict_new = {}
+        _dict_chars = 0
+
+
 def clear_fragment_cache() -> None:
     """Forget every memoized fragment (for tests and benchmarks)."""
-    global _frag_new, _frag_old, _probation, _composite_chars
+    global _frag_new, _frag_old, _probation, _composite_chars, _dict_new, _dict_old, _dict_chars
     _frag_new = {}
     _frag_old = {}
     _probation = {}
     _composite_chars = 0
+    _dict_new = {}
+    _dict_old = {}
+    _dict_chars = 0
 
 
 def _remember_composite(ident: int, entry: tuple[object, str]) -> None:
@@ -558,6 +622,11 @@ def _frag(value: Any, cx: _Walk) -> str:
         if ident in active:
             raise _Slow
         cx.mutable += 1
+        ckey = _content_key(value, b"D")
+        if ckey is not None:
+            cached_text = _dict_text_cached(ckey)
+            if cached_text is not None:
+                return cached_text
         for k in value:
             if type(k) is not str or k.startswith("!"):
                 raise _Slow
@@ -565,21 +634,32 @@ def _frag(value: Any, cx: _Walk) -> str:
         keys = sorted(value)
         frags = _frag_items(map(value.__getitem__, keys), cx)
         active.discard(ident)
-        return (
+        text = (
             "{"
             + ",".join([_encode_str(k) + ":" + f for k, f in zip(keys, frags, strict=True)])
             + "}"
         )
+        if ckey is not None and len(text) <= _FRAGMENT_MAX_CHARS:
+            _remember_dict_text(ckey, text)
+        return text
     if vtype is list:
         ident = id(value)
         active = cx.active
         if ident in active:
             raise _Slow
         cx.mutable += 1
+        ckey = _content_key(value, b"L")
+        if ckey is not None:
+            cached_text = _dict_text_cached(ckey)
+            if cached_text is not None:
+                return cached_text
         active.add(ident)
         frags = _frag_items(value, cx)
         active.discard(ident)
-        return '{"!list":[' + ",".join(frags) + "]}"
+        text = '{"!list":[' + ",".join(frags) + "]}"
+        if ckey is not None and len(text) <= _FRAGMENT_MAX_CHARS:
+            _remember_dict_text(ckey, text)
+        return text
     if vtype is timedelta:
         return f'{{"!td":[{value.days},{value.seconds},{value.microseconds}]}}'
     return _frag_record(value, vtype, cx)

@@ -937,3 +937,75 @@ def test_builtin_state_types_carry_no_module_paths() -> None:
     assert len(builtin) >= len(LEGACY_TAGS) == 36
     for tag in builtin:
         assert ":" not in tag and not tag.startswith("streams")
+
+
+def test_dict_texts_are_cached_by_content_never_served_stale() -> None:
+    """A record's dict is written from the dict-text cache only while its content,
+    types included, is what the text was made from (statecodec "Dicts")."""
+    import enum
+
+    from streams.core import statecodec as codec
+
+    params = {"command": "ls -la", "n": 1, "opts": ["-a", ("x", None)], "deep": {"k": 2.5}}
+    rec = Leaf("bash", params)
+    first = to_canonical(rec)
+    assert first == reference_canonical(rec)
+    assert any(t.startswith('{"command":"ls -la"') for t in codec._dict_new.values())
+    # the same content in another dict (a looping agent's next call) is a hit...
+    again = Leaf("bash", dict(reversed(list(params.items()))))
+    assert to_canonical(again) == reference_canonical(again)
+    # ...and a dict changed in place is written afresh, at every level
+    for change in (
+        lambda: params.__setitem__("n", 1.0),  # 1 == 1.0, but another text
+        lambda: params.__setitem__("n", True),  # 1 == True, likewise
+        lambda: params["deep"].__setitem__("k", -0.0),
+        lambda: params["opts"].append("-l"),
+        lambda: params.__setitem__("opts", ("-a", ("x", None))),  # a tuple, not a list
+        lambda: params.pop("deep"),
+    ):
+        change()
+        assert to_canonical(rec) == reference_canonical(rec)
+
+    # values marshal refuses (subclasses, enums) are written as before, uncached
+    class Tag(str):
+        pass
+
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    for odd in ({"t": Tag("x")}, {Tag("k"): 1}, {"lvl": Level.HIGH}):
+        assert_same_as_reference(Leaf("x", odd))
+    # what the walk refuses is never stored: a '!' key, NaN, a cycle
+    loop: dict[str, Any] = {"a": 1}
+    loop["self"] = loop
+    for bad in ({"!list": 1}, {"x": math.nan}, loop):
+        n = len(codec._dict_new)
+        assert_same_as_reference(Leaf("x", bad))
+        assert len(codec._dict_new) == n
+    codec.clear_fragment_cache()
+    assert not codec._dict_new and not codec._dict_old
+
+
+def test_dict_text_cache_keeps_two_generations(monkeypatch: pytest.MonkeyPatch) -> None:
+    from streams.core import statecodec as codec
+
+    monkeypatch.setattr(codec, "_DICT_CACHE_LIMIT", 2)
+    dicts = [{"i": i} for i in range(5)]
+    for d in dicts[:3]:  # the third entry exceeds the limit: new becomes old
+        to_canonical(Leaf(None, d))
+    assert len(codec._dict_old) == 3 and not codec._dict_new
+    key = codec._content_key(dicts[0], b"D")
+    assert to_canonical(Leaf(None, {"i": 0})) == reference_canonical(Leaf(None, dicts[0]))
+    assert key in codec._dict_new and key not in codec._dict_old  # promoted
+    for d in dicts:
+        assert to_canonical(Leaf(None, d)) == reference_canonical(Leaf(None, d))
+    # a generation also ends at its character budget (long texts, few entries)
+    codec.clear_fragment_cache()
+    monkeypatch.setattr(codec, "_DICT_CACHE_LIMIT", 1000)
+    monkeypatch.setattr(codec, "_DICT_CACHE_CHARS", 5000)  # ~2,000 an entry
+    for i in range(3):
+        to_canonical(Leaf(None, {"text": str(i) * 1000}))
+    assert len(codec._dict_old) == 3 and not codec._dict_new
+    # lists are cached too, apart from dicts
+    to_canonical(Leaf(None, ["a", 1]))
+    assert '{"!list":["a",1]}' in codec._dict_new.values()

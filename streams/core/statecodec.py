@@ -488,7 +488,9 @@ _composite_chars: int = 0
 # ``!``-key raises first), at most ``_FRAGMENT_MAX_CHARS`` long, in two
 # generations of ``_DICT_CACHE_LIMIT`` entries.  Lists are cached the same way;
 # keys start with ``D`` or ``L`` (marshal already tells a list from a dict; the
-# prefix keeps the two texts apart in any case).
+# prefix keeps the two texts apart in any case).  Only the outermost dict or list
+# of a record's field is looked up (``_Walk.keyed``): marshalling every nested
+# level again made a deep value cost depth x size (a 60-deep chain: 3x the walk).
 
 #: Entries per generation of the dict text cache (at most about twice this many).
 _DICT_CACHE_LIMIT: int = 50_000
@@ -622,7 +624,8 @@ def _frag(value: Any, cx: _Walk) -> str:
         if ident in active:
             raise _Slow
         cx.mutable += 1
-        ckey = _content_key(value, b"D")
+        outermost = not cx.keyed
+        ckey = _content_key(value, b"D") if outermost else None
         if ckey is not None:
             cached_text = _dict_text_cached(ckey)
             if cached_text is not None:
@@ -632,7 +635,9 @@ def _frag(value: Any, cx: _Walk) -> str:
                 raise _Slow
         active.add(ident)
         keys = sorted(value)
+        cx.keyed = True
         frags = _frag_items(map(value.__getitem__, keys), cx)
+        cx.keyed = not outermost
         active.discard(ident)
         text = (
             "{"
@@ -648,13 +653,16 @@ def _frag(value: Any, cx: _Walk) -> str:
         if ident in active:
             raise _Slow
         cx.mutable += 1
-        ckey = _content_key(value, b"L")
+        outermost = not cx.keyed
+        ckey = _content_key(value, b"L") if outermost else None
         if ckey is not None:
             cached_text = _dict_text_cached(ckey)
             if cached_text is not None:
                 return cached_text
         active.add(ident)
+        cx.keyed = True
         frags = _frag_items(value, cx)
+        cx.keyed = not outermost
         active.discard(ident)
         text = '{"!list":[' + ",".join(frags) + "]}"
         if ckey is not None and len(text) <= _FRAGMENT_MAX_CHARS:
@@ -662,6 +670,11 @@ def _frag(value: Any, cx: _Walk) -> str:
         return text
     if vtype is timedelta:
         return f'{{"!td":[{value.days},{value.seconds},{value.microseconds}]}}'
+    if cx.keyed:  # a record inside a dict or list: its own dicts are outermost again
+        cx.keyed = False
+        text = _frag_record(value, vtype, cx)
+        cx.keyed = True
+        return text
     return _frag_record(value, vtype, cx)
 
 
@@ -697,13 +710,16 @@ class _Walk:
     and lists cannot change).
     """
 
-    __slots__ = ("active", "mutable", "records", "seen")
+    __slots__ = ("active", "keyed", "mutable", "records", "seen")
 
     def __init__(self) -> None:
         self.active: set[int] = set()
         self.mutable = 0
         self.records = 0
         self.seen: dict[int, tuple[object, str]] = {}
+        #: inside a dict or list that was looked up in the dict-text cache: its
+        #: content key covered the nested ones, which are not marshalled again
+        self.keyed = False
 
 
 def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:

@@ -1009,3 +1009,30 @@ def test_dict_text_cache_keeps_two_generations(monkeypatch: pytest.MonkeyPatch) 
     # lists are cached too, apart from dicts
     to_canonical(Leaf(None, ["a", 1]))
     assert '{"!list":["a",1]}' in codec._dict_new.values()
+
+
+def test_only_the_outermost_dict_or_list_is_marshalled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A nested value is covered by its outermost container's key; marshalling each
+    level again made a deep value cost depth x size.  A record inside a container
+    starts again: its own dicts are looked up."""
+    from streams.core import statecodec as codec
+
+    seen: list[object] = []
+    real = codec._marshal_dumps
+
+    def counting(value: object, version: int) -> bytes:
+        seen.append(value)
+        return real(value, version)
+
+    monkeypatch.setattr(codec, "_marshal_dumps", counting)
+    deep: dict[str, Any] = {"leaf": "x"}
+    for i in range(30):
+        deep = {"k": deep, "n": [i, {"i": i}]}
+    rec = Leaf("x", deep)
+    assert to_canonical(rec) == reference_canonical(rec)
+    assert seen == [deep]
+    seen.clear()
+    inner = {"command": "ls"}
+    holder = Leaf("y", [Leaf("z", inner)])  # marshal refuses the list (a record in it)
+    assert to_canonical(holder) == reference_canonical(holder)
+    assert seen == [holder.b, inner]

@@ -31,6 +31,7 @@ import fastavro
 import fastavro.schema
 
 from streams.errors import ConfigError
+from streams.serde.fastread import Reader, compile_reader
 
 #: Short name -> file name.  Full names (``io.trajectory.v1.TraceEvent``) and
 #: record names (``TraceEvent``) are accepted by :func:`load_schema` too.
@@ -131,6 +132,13 @@ def codec_schema(name: str) -> Any:
     return parse_codec_schema(load_schema(name))
 
 
+@functools.cache
+def compiled_reader(name: str) -> Reader | None:
+    """The cached compiled reader of a bundled schema (:mod:`streams.serde.fastread`),
+    or None if it uses a type that module does not compile."""
+    return compile_reader(codec_schema(name))
+
+
 def canonical_form(schema: dict[str, Any]) -> str:
     """The Avro Parsing Canonical Form of ``schema``."""
     return str(fastavro.schema.to_parsing_canonical_form(schema))
@@ -152,6 +160,7 @@ __all__ = [
     "SCHEMA_FILES",
     "canonical_form",
     "codec_schema",
+    "compiled_reader",
     "crc64_avro",
     "fingerprint",
     "load_schema",

@@ -197,7 +197,12 @@ def main() -> None:
         action="store_true",
         help="also build the analyze --json records (what --output jsonl does)",
     )
-    parser.add_argument("--jobs", type=int, default=4, help="also run the replay in N processes")
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=4,
+        help="also run the replay in N processes (2 always runs; 0 adds nothing)",
+    )
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
     args = parser.parse_args()
 
@@ -256,7 +261,7 @@ def main() -> None:
         from streams.replay.parallel import ParallelReplay, start_method
 
         plan = TopicReader(args.bootstrap, topics, lambda b: b).plan()
-        for jobs in sorted({2, args.jobs}):
+        for jobs in sorted({2, args.jobs} - {0}):
             method = start_method()  # what trajectory replay --jobs picks here
             t, c, own = time.perf_counter(), _cpu_with_children(), time.process_time()
             run = ParallelReplay(

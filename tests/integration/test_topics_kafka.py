@@ -67,7 +67,10 @@ def test_gc_dry_run_then_archive_and_delete(
     settings: Settings, sessions: dict[str, list[TraceEvent]], admin: Any, tmp_path: Path
 ) -> None:
     later = time.time_ns() // 1_000_000 + 2 * H  # injected clock: everything is 2 h old
-    before = existing(admin)
+    # this test's topics only: tests running in parallel create and delete theirs
+    mine = settings.prefix + "."
+    before = {t for t in existing(admin) if t.startswith(mine)}
+    assert settings.session_topic("old-a") in before
     dry = gc(
         settings,
         now_ms=later,
@@ -79,7 +82,8 @@ def test_gc_dry_run_then_archive_and_delete(
     )
     assert [a.topic for a in dry.actions] == [settings.session_topic(s) for s in ("old-a", "old-b")]
     assert not any(a.deleted for a in dry.actions)
-    assert existing(admin) >= before and not list(tmp_path.iterdir())
+    assert {t for t in existing(admin) if t.startswith(mine)} == before
+    assert not list(tmp_path.iterdir())
     # nothing is idle for 3 h
     assert gc(settings, now_ms=later, idle_ms=3 * H, dry_run=True).actions == ()
 

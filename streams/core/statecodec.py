@@ -77,6 +77,12 @@ _DICT: Final = "!dict"
 _TD: Final = "!td"
 
 _SCALARS: Final = (str, int, bool, type(None))
+#: Deepest nesting of containers and records the encoder writes.  Why a limit: the
+#: encoder recurses once per level (up to three frames), so a deeper value would
+#: end in a bare ``RecursionError`` instead of an error naming its path.  A state
+#: nests its JSON payloads (64 levels at most: ingest refuses deeper ones) about
+#: ten levels down, so 200 leaves room and stays inside Python's default limit.
+MAX_ENCODE_DEPTH: Final = 200
 
 #: Per dataclass: (tag, field names), or the error (path suffix, message) it raises.
 _CLASS_INFO: dict[type[Any], tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]] = {}
@@ -302,6 +308,12 @@ def _to_plain(value: object, path: str, active: set[int]) -> Any:
         ident = id(value)
         if ident in active:
             raise UnserializableError(path, "cycle: the value contains itself")
+        if len(active) >= MAX_ENCODE_DEPTH:  # ``active`` is the descent path
+            raise UnserializableError(
+                path,
+                f"nested deeper than {MAX_ENCODE_DEPTH} containers and records; "
+                "flatten or summarize the value before it enters the state",
+            )
         active.add(ident)
         try:
             if vtype is tuple or vtype is list:
@@ -1038,6 +1050,7 @@ def decode_state(data: bytes) -> Any:
 
 __all__ = [
     "LEGACY_TAGS",
+    "MAX_ENCODE_DEPTH",
     "STATE_FORMAT",
     "STATE_VERSION",
     "decode_state",

@@ -21,6 +21,7 @@ from streams.core.errors import StateDecodeError, UnserializableError
 from streams.core.events import Budget
 from streams.core.observers import ObserverState
 from streams.core.statecodec import (
+    MAX_ENCODE_DEPTH,
     STATE_VERSION,
     decode_state,
     encode_state,
@@ -637,6 +638,26 @@ def test_deep_nesting_matches_reference() -> None:
     for i in range(200):
         value = Leaf(value, i) if i % 3 else ((value,), [i])
     assert_same_as_reference(value)
+
+
+def test_a_value_too_deep_to_walk_is_an_error_naming_its_path() -> None:
+    """A chain deeper than Python's stack used to end in a bare RecursionError (the
+    fast writer gave up, then the path-tracking walk overflowed): now the walk stops
+    at ``MAX_ENCODE_DEPTH`` and names where."""
+    deep: dict[str, Any] = {}
+    cur = deep
+    for _ in range(100_000):
+        cur["a"] = cur = {}
+    with pytest.raises(UnserializableError) as err:
+        to_canonical(deep)
+    assert err.value.field == "state" + ".a" * MAX_ENCODE_DEPTH
+    assert f"nested deeper than {MAX_ENCODE_DEPTH}" in str(err.value)
+    # as deep as a state really nests (JSON payloads of 64 levels, ten levels down),
+    # and well past it: written
+    ok: Any = "leaf"
+    for i in range(150):
+        ok = Leaf(ok, i) if i % 2 else [ok]
+    assert from_canonical(to_canonical(ok)) == ok
 
 
 any_text = st.text(st.characters(blacklist_categories=()), max_size=8)

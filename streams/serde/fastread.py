@@ -165,6 +165,10 @@ class _Compiler:
         self.emit(indent + 1, f"if {count} < 0:")
         self.emit(indent + 2, f"{count} = -{count}")
         self.long(indent + 2, "_")  # the block's size in bytes: not needed to read it
+        # each entry takes a byte at least (only a null or empty-record item takes
+        # none): a count beyond the bytes left is a hostile one, not a long loop here
+        self.emit(indent + 1, f"if {count} > size - pos:")
+        self.emit(indent + 2, "raise _Fallback")
         self.emit(indent + 1, f"for _ in range({count}):")
         if kind == "map":
             key = self.var("k")

@@ -94,8 +94,8 @@ def sample_events() -> list[TraceEvent]:
             is_error=True,
             error_message="exit 2: no such file",
             latency_ms=0,
-            input_tokens=-1,
-            output_tokens=2**62,
+            input_tokens=-(2**63),
+            output_tokens=2**63 - 1,
         ),
         TraceEvent(
             "model_step", "s-1", 3, -5, text="", metadata={str(i): "v" * i for i in range(70)}
@@ -272,6 +272,8 @@ def test_blocks_with_negative_counts_and_repeated_keys() -> None:
             _zz(0) + _zz(0) + b"\x01" + b"\xff" * 9 + b"\x02" + b"\0" * 4, id="65-bit varint"
         ),
         pytest.param(_zz(1) + _zz(-3), id="negative length"),
+        pytest.param(_zz(2**40) + _s("k") + _s("v"), id="map count beyond the bytes left"),
+        pytest.param(_zz(-(2**40)) + _zz(4) + _s("k") + _s("v"), id="block count beyond the bytes"),
         pytest.param(_zz(1) + _s("k") + b"\x04\xff\xfe", id="not UTF-8"),
         pytest.param(_zz(0) + _zz(0) + b"\x01" + _zz(1) + b"\0\0", id="float cut short"),
     ],

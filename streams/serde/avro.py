@@ -261,17 +261,19 @@ class AvroSerde(abc.ABC, Generic[T]):
         ):
             # the common case, what _frame finds for it without the lookups: the
             # bundled writer schema, single-object framing, no resolution
-            fast = self._fast
-            # None: bytes the compiled reader does not take (a cut-short body, an
-            # invalid index, a varint longer than a long ...); fastavro below decodes
-            # them and names the error if they are malformed
-            read = None if fast is None else fast(data, SINGLE_OBJECT_HEADER_LEN)
-            if read is not None and read[1] == len(data):
-                return self.from_record(read[0])
             writer, resolve, offset = self._reader, False, SINGLE_OBJECT_HEADER_LEN
         else:
             writer, resolve, offset = self._frame(data)
         size = len(data)
+        fast = self._fast
+        if fast is not None and writer is self._reader and not resolve and type(data) is bytes:
+            # the bundled writer schema, either framing: the compiled reader.  None:
+            # bytes it does not take (a cut-short body, an invalid index, a varint
+            # longer than a long ...); fastavro below decodes them and names the
+            # error if they are malformed
+            read = fast(data, offset)
+            if read is not None and read[1] == size:
+                return self.from_record(read[0])
         buf = io.BytesIO(data)
         buf.seek(offset)
         try:

@@ -319,3 +319,25 @@ def test_decode_errors_are_fastavros_whatever_the_reader_does() -> None:
         serde.decode(data[:-3])
     with pytest.raises(MalformedMessageError, match="1 trailing byte"):
         serde.decode(data + b"\0")
+
+
+@pytest.mark.parametrize("framing", ["single-object", "confluent"])
+def test_decode_reads_the_bundled_schema_with_the_compiled_reader(framing: str) -> None:
+    """Both framings of the bundled writer schema go through it (counted), and a
+    body it does not take is still decoded (by fastavro)."""
+    serde = EventSerde(framing, registry="mock://fastread-test" if framing == "confluent" else None)
+    calls: list[int] = []
+    compiled = serde._fast
+    assert compiled is not None
+
+    def counting(data: bytes, pos: int) -> tuple[Any, int] | None:
+        calls.append(pos)
+        return compiled(data, pos)
+
+    serde._fast = counting
+    event = sample_events()[1]
+    data = serde.encode(event)
+    assert serde.decode(data) == event
+    assert calls == [HEADER if framing == "single-object" else 5]
+    serde._fast = lambda data, pos: None  # a reader that takes nothing: fastavro decodes
+    assert serde.decode(data) == event

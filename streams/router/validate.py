@@ -29,6 +29,7 @@ from streams.errors import (
     OversizedMessageError,
     SerdeError,
 )
+from streams.serde.fastread import read_long
 
 #: Header names the router puts on every dead-lettered message.
 DLQ_REASON = "dlq.reason"
@@ -223,20 +224,13 @@ def forwarded_from(
 
 def _long_at(data: bytes, pos: int) -> tuple[int, int]:
     """The zig-zag varint Avro ``long`` at ``pos`` and the position after it."""
-    shift = 0
-    acc = 0
-    while True:
-        if pos >= len(data) or shift > 63:
-            raise MalformedMessageError(
-                "io.trajectory.v1.TraceEvent: invalid Avro body (EOFError: a varint runs past "
-                "the end); truncated or not written with this schema"
-            )
-        b = data[pos]
-        pos += 1
-        acc |= (b & 0x7F) << shift
-        if b < 0x80:
-            return (acc >> 1) ^ -(acc & 1), pos
-        shift += 7
+    read = read_long(data, pos)
+    if read is None:
+        raise MalformedMessageError(
+            "io.trajectory.v1.TraceEvent: invalid Avro body (EOFError: a varint runs past "
+            "the end or past 64 bits); truncated or not written with this schema"
+        )
+    return read
 
 
 #: Number of symbols of the bundled ``EventType`` enum (``unknown`` is the last).

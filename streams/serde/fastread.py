@@ -33,7 +33,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
-__all__ = ["Reader", "compile_reader"]
+__all__ = ["Reader", "compile_reader", "read_long"]
 
 #: ``reader(data, pos) -> (value, end)``: the value whose body starts at ``pos`` and
 #: the offset after it, or None for bytes it does not take (decode those with fastavro)
@@ -68,6 +68,20 @@ def _varint(data: bytes, pos: int, first: int) -> tuple[int, int]:
         if not byte & 0x80:
             return value, pos
         shift += 7
+
+
+def read_long(data: bytes, pos: int) -> tuple[int, int] | None:
+    """The zig-zag varint Avro ``long`` at ``pos`` and the position after it, or None
+    when the varint runs past the end of ``data`` or past 64 bits (the compiled
+    readers inline the first byte and call :func:`_varint` for the rest)."""
+    try:
+        x = data[pos]
+        pos += 1
+        if x & 0x80:
+            x, pos = _varint(data, pos, x)
+    except (IndexError, _Fallback):
+        return None
+    return (x >> 1) ^ -(x & 1), pos
 
 
 class _Compiler:

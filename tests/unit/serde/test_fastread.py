@@ -22,7 +22,7 @@ from streams.serde.avro import (
     PatternRecord,
     PatternSerde,
 )
-from streams.serde.fastread import compile_reader
+from streams.serde.fastread import compile_reader, read_long
 from streams.serde.schemas import SCHEMA_FILES, codec_schema, compiled_reader
 
 HEADER = SINGLE_OBJECT_HEADER_LEN
@@ -341,3 +341,18 @@ def test_decode_reads_the_bundled_schema_with_the_compiled_reader(framing: str) 
     assert calls == [HEADER if framing == "single-object" else 5]
     serde._fast = lambda data, pos: None  # a reader that takes nothing: fastavro decodes
     assert serde.decode(data) == event
+
+
+def test_read_long_is_the_compiled_readers_long() -> None:
+    """The router's partial read of an event uses it: fastavro's value, or None past
+    the end or past 64 bits."""
+    rng = random.Random(7)
+    values = [0, -1, 1, 63, -64, 64, 2**63 - 1, -(2**63)]
+    values += [rng.randrange(-(2**63), 2**63) for _ in range(500)]
+    for v in values:
+        data = b"\x07" + _zz(v) + b"\x05"
+        assert read_long(data, 1) == (fastavro_read("long", data, 1)[0], len(data) - 1)
+    assert read_long(_zz(2**40)[:-1], 0) is None  # cut short
+    assert read_long(b"", 0) is None
+    assert read_long(b"\xff" * 9 + b"\x02", 0) is None  # 65 bits
+    assert read_long(b"\xff" * 10 + b"\x01", 0) is None  # 11 bytes

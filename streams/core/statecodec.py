@@ -77,11 +77,13 @@ _DICT: Final = "!dict"
 _TD: Final = "!td"
 
 _SCALARS: Final = (str, int, bool, type(None))
-#: Deepest nesting of containers and records the encoder writes.  Why a limit: the
-#: encoder recurses once per level (up to three frames), so a deeper value would
-#: end in a bare ``RecursionError`` instead of an error naming its path.  A state
-#: nests its JSON payloads (64 levels at most: ingest refuses deeper ones) about
-#: ten levels down, so 200 leaves room and stays inside Python's default limit.
+#: Deepest nesting of containers and records the path-tracking walk writes (the
+#: fast writer has no limit of its own: it hands a value it cannot walk to this
+#: walk).  Why a limit: the walk recurses once per level (up to three frames), so a
+#: deeper value would end in a bare ``RecursionError`` instead of an error naming
+#: its path.  A state nests its JSON payloads (64 levels at most: ingest refuses
+#: deeper ones) about ten levels down, so 200 leaves room and stays inside
+#: Python's default limit.
 MAX_ENCODE_DEPTH: Final = 200
 
 #: Per dataclass: (tag, field names), or the error (path suffix, message) it raises.

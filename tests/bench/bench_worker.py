@@ -24,8 +24,13 @@ the paced span (from the first paced event until one commit interval after all o
 them were applied, so the flush of the last events counts), the changelog
 records written per event (end offsets of the changelog topics), the worker's CPU
 per second when idle (measured before the paced span), and ``uptime`` load.
-``--py-spy`` samples the worker with py-spy over the paced span (a flame graph SVG
-and ``--format raw`` collapsed stacks next to the worker log).
+``--py-spy`` samples the worker with py-spy over the paced span (``--format raw``
+collapsed stacks next to the worker log), by default only the thread holding the
+GIL (``--gil``): that is close to where the CPU goes.  ``--py-spy wall`` samples
+every thread whatever it does; there a thread waiting to take the GIL back after
+a socket write looks like time spent writing, which made earlier profiles blame
+the state flush and aiokafka's sends for far more than their CPU
+(docs/faust-notes.md "Avro decode, compiled").
 
 Examples::
 
@@ -217,7 +222,7 @@ def run_paced(
     rate: float,
     duration_s: float,
     commit_interval_s: float,
-    py_spy: bool,
+    py_spy: str | None,
     timeout_s: float,
 ) -> dict[str, Any]:
     """The paced run (module docstring): warm-up, idle CPU, then ``rate`` events/s."""
@@ -285,6 +290,7 @@ def run_paced(
                     "--rate",
                     "200",
                     "--nonblocking",
+                    *(["--gil"] if py_spy == "gil" else []),
                     "--format",
                     "raw",
                     "-o",
@@ -370,7 +376,14 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=20.0, help="paced mode: seconds")
     ap.add_argument("--commit-interval", type=float, default=1.0, help="paced mode: worker's")
     ap.add_argument("--repeat", type=int, default=1, help="paced mode: runs per mode")
-    ap.add_argument("--py-spy", action="store_true", help="paced mode: sample the worker")
+    ap.add_argument(
+        "--py-spy",
+        nargs="?",
+        const="gil",
+        choices=("gil", "wall"),
+        help="paced mode: sample the worker with py-spy, the GIL holder only (default) "
+        "or every thread (wall)",
+    )
     args = ap.parse_args()
 
     from streams.topics import ensure_worker_topics

@@ -28,9 +28,8 @@ per second when idle (measured before the paced span), and ``uptime`` load.
 collapsed stacks next to the worker log), by default only the thread holding the
 GIL (``--gil``): that is close to where the CPU goes.  ``--py-spy wall`` samples
 every thread whatever it does; there a thread waiting to take the GIL back after
-a socket write looks like time spent writing, which made earlier profiles blame
-the state flush and aiokafka's sends for far more than their CPU
-(docs/faust-notes.md "Avro decode, compiled").
+a socket write looks like time spent writing (aiokafka's fetch requests looked
+about twice their CPU; docs/faust-notes.md "Avro decode, compiled").
 
 Examples::
 

@@ -58,6 +58,7 @@ import json
 import marshal
 import math
 import re
+import sys
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from datetime import timedelta
@@ -77,14 +78,6 @@ _DICT: Final = "!dict"
 _TD: Final = "!td"
 
 _SCALARS: Final = (str, int, bool, type(None))
-#: Deepest nesting of containers and records the path-tracking walk writes (the
-#: fast writer has no limit of its own: it hands a value it cannot walk to this
-#: walk).  Why a limit: the walk recurses once per level (up to three frames), so a
-#: deeper value would end in a bare ``RecursionError`` instead of an error naming
-#: its path.  A state nests its JSON payloads (64 levels at most: ingest refuses
-#: deeper ones) about ten levels down, so 200 leaves room and stays inside
-#: Python's default limit.
-MAX_ENCODE_DEPTH: Final = 200
 
 #: Per dataclass: (tag, field names), or the error (path suffix, message) it raises.
 _CLASS_INFO: dict[type[Any], tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]] = {}
@@ -310,12 +303,6 @@ def _to_plain(value: object, path: str, active: set[int]) -> Any:
         ident = id(value)
         if ident in active:
             raise UnserializableError(path, "cycle: the value contains itself")
-        if len(active) >= MAX_ENCODE_DEPTH:  # ``active`` is the descent path
-            raise UnserializableError(
-                path,
-                f"nested deeper than {MAX_ENCODE_DEPTH} containers and records; "
-                "flatten or summarize the value before it enters the state",
-            )
         active.add(ident)
         try:
             if vtype is tuple or vtype is list:
@@ -825,7 +812,19 @@ def _encode(value: object, root: str) -> bytes:
     try:
         text = _frag(value, _Walk())
     except Exception:
-        return _dumps(_to_plain(value, root, set()), root, value)
+        try:
+            return _dumps(_to_plain(value, root, set()), root, value)
+        except RecursionError as exc:
+            # Both walks recurse once per level: a value nested deeper than the
+            # stack allows (a 100,000-deep dict) is an error naming where it starts,
+            # not a bare RecursionError.  (No fixed depth limit: it would refuse, in
+            # the slow walk only, values the fast writer writes.)
+            raise UnserializableError(
+                root or "state",
+                "nested too deep to encode (past Python's recursion limit of "
+                f"{sys.getrecursionlimit()} frames); flatten or summarize the value "
+                "before it enters the state",
+            ) from exc
     try:
         return text.encode("utf-8")
     except UnicodeEncodeError as exc:
@@ -1052,7 +1051,6 @@ def decode_state(data: bytes) -> Any:
 
 __all__ = [
     "LEGACY_TAGS",
-    "MAX_ENCODE_DEPTH",
     "STATE_FORMAT",
     "STATE_VERSION",
     "decode_state",

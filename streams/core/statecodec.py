@@ -449,6 +449,13 @@ class _Slow(Exception):
 # ``new``; a hit in ``old`` is moved to ``new``; when ``new`` holds more than
 # ``_FRAGMENT_CACHE_LIMIT`` entries it becomes ``old`` and the previous ``old``
 # is dropped.
+#
+# A memo per session.  An encode given an :class:`EncodeMemo` reads and writes
+# that memo instead of the shared generations (same entries, same probation
+# rule), and afterwards the memo keeps exactly the entries the encode touched.
+# The worker keeps one per session in memory: the shared generations are
+# bounded by what is written, and a worker flushing 1,000 long-running sessions
+# in turn wrote them over before any session came round again.
 
 #: Entries per cache generation (at most about twice this many are held).
 _FRAGMENT_CACHE_LIMIT: int = 200_000
@@ -574,6 +581,64 @@ def _on_probation(ident: int, value: object) -> None:
     _probation[ident] = value
     if len(_probation) > _PROBATION_LIMIT:
         _probation = {}
+
+
+class EncodeMemo:
+    """The record texts of one session's last :func:`encode_state`, for its next one.
+
+    Why: the shared record cache above is bounded by what is *written* into it,
+    not by who reads it.  A worker holding 1,000 long-running sessions flushes
+    each every ~30 s; the composites of their full windows are ~50-100 M
+    characters, so at ``_COMPOSITE_CHARS`` a generation turns over in seconds and
+    a session finds none of its own texts at its next flush, which then costs
+    about twice as much (docs/faust-notes.md "A memo per session").  A memo keyed
+    by session keeps exactly what that session needs, for as long as the caller
+    keeps the session: pass ``memo=`` to every encode of one session, and drop
+    the memo with the session.
+
+    Invariants: after an encode that succeeded, the memo holds exactly the records
+    that encode wrote or read from it (``(record, text)``: it keeps each record
+    alive, so an id cannot be reused while its text is held), and nothing else.
+    Its memory is therefore about one copy of that state's canonical text: the
+    records below a composite served whole are not read, so not kept.  An encode
+    that fails keeps the last good encode's records.  A memo serves one session
+    at a time; using one for several sessions is correct (entries are checked by
+    identity) but keeps only the last one's records.  Not thread-safe.
+    """
+
+    __slots__ = ("_last", "_now")
+
+    def __init__(self) -> None:
+        #: id -> (record, text), or (record, None): a composite seen once
+        self._last: dict[int, tuple[object, _Cached | None]] = {}
+        #: the same, for the encode under way
+        self._now: dict[int, tuple[object, _Cached | None]] = {}
+
+    def __len__(self) -> int:
+        """How many records the memo holds."""
+        return len(self._last)
+
+    def _hit(self, ident: int, value: object) -> tuple[object, _Cached] | None:
+        now = self._now
+        entry = now.get(ident)
+        if entry is None:
+            entry = self._last.get(ident)
+            if entry is None or entry[0] is not value:
+                return None
+            now[ident] = entry  # read in this encode: kept for the next
+        elif entry[0] is not value:
+            return None
+        cached = entry[1]
+        return None if cached is None else (value, cached)
+
+    def _again(self, ident: int, value: object) -> bool:
+        """True if composite ``value`` was seen before (the last encode or this one),
+        else remember that it was seen once (see "Composites" above)."""
+        entry = self._now.get(ident)
+        if entry is not None and entry[0] is value:
+            return True
+        self._now[ident] = (value, None)
+        return False
 
 
 _encode_str: Final = json.encoder.encode_basestring
@@ -711,9 +776,11 @@ class _Walk:
     and lists cannot change).
     """
 
-    __slots__ = ("active", "keyed", "mutable", "records", "seen")
+    __slots__ = ("active", "keyed", "memo", "mutable", "records", "seen")
 
-    def __init__(self) -> None:
+    def __init__(self, memo: EncodeMemo | None = None) -> None:
+        #: the session's memo, or None: the module's shared record cache
+        self.memo = memo
         self.active: set[int] = set()
         self.mutable = 0
         self.records = 0
@@ -727,13 +794,17 @@ def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:
     """:func:`_frag` of a frozen dataclass instance, through the cache."""
     ident = id(value)
     cx.records += 1
-    entry = _frag_new.get(ident)
-    if entry is None or entry[0] is not value:
-        entry = _frag_old.pop(ident, None)
-        if entry is not None and entry[0] is value:
-            _remember(ident, entry)
-        else:
-            entry = None
+    memo = cx.memo
+    if memo is not None:
+        entry = memo._hit(ident, value)
+    else:
+        entry = _frag_new.get(ident)
+        if entry is None or entry[0] is not value:
+            entry = _frag_old.pop(ident, None)
+            if entry is not None and entry[0] is value:
+                _remember(ident, entry)
+            else:
+                entry = None
     if entry is not None:
         cached: Any = entry[1]
         if type(cached) is str:
@@ -781,14 +852,24 @@ def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:
     text = "".join(parts)
     if cx.records != records:  # a composite (see "Composites" above)
         if not fresh and len(text) <= _FRAGMENT_MAX_CHARS:
-            _remember_composite(ident, (value, text))  # deeply immutable: at once
+            # deeply immutable: at once
+            if memo is None:
+                _remember_composite(ident, (value, text))
+            else:
+                memo._now[ident] = (value, text)
             return text
-        if _probation.pop(ident, None) is not value:
-            _on_probation(ident, value)  # cached when seen again
+        if memo is None:
+            if _probation.pop(ident, None) is not value:
+                _on_probation(ident, value)  # cached when seen again
+                return text
+        elif not memo._again(ident, value):
             return text
     if not fresh:
         if len(text) <= _FRAGMENT_MAX_CHARS:
-            _remember(ident, (value, text))
+            if memo is None:
+                _remember(ident, (value, text))
+            else:
+                memo._now[ident] = (value, text)
     elif len(text) - sum([len(parts[i]) for i in fresh]) <= _FRAGMENT_MAX_CHARS:
         names = [keys[(i - 1) // 2][0] for i in fresh]
         ends = [*fresh[1:], len(parts)]
@@ -796,12 +877,16 @@ def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:
             (name, "".join(parts[i + 1 : end]))
             for name, i, end in zip(names, fresh, ends, strict=True)
         )
-        _remember(ident, (value, ("".join(parts[: fresh[0]]), rest)))
+        around = (value, ("".join(parts[: fresh[0]]), rest))
+        if memo is None:
+            _remember(ident, around)
+        else:
+            memo._now[ident] = around
         cx.seen[ident] = (value, text)
     return text
 
 
-def _encode(value: object, root: str) -> bytes:
+def _encode(value: object, root: str, memo: EncodeMemo | None = None) -> bytes:
     """Canonical bytes of ``value``: the fast writer, else the path-tracking walk.
 
     Any exception in the fast writer (not only :class:`_Slow`: also, say, the
@@ -810,8 +895,16 @@ def _encode(value: object, root: str) -> bytes:
     like the encoder always did, so the same first problem raises the same error.
     """
     try:
-        text = _frag(value, _Walk())
+        if memo is None:
+            text = _frag(value, _Walk())
+        else:
+            memo._now = {}
+            text = _frag(value, _Walk(memo))
+            memo._last = memo._now  # exactly the records this encode wrote or read
+            memo._now = {}
     except Exception:
+        if memo is not None:
+            memo._now = {}  # keep the last complete encode's records
         try:
             return _dumps(_to_plain(value, root, set()), root, value)
         except RecursionError as exc:
@@ -877,9 +970,12 @@ def _find_unencodable(value: object, path: str, seen: set[int]) -> str | None:
     return None
 
 
-def to_canonical(value: object, root: str = "state") -> bytes:
-    """Canonical JSON bytes of ``value``; :class:`UnserializableError` names a bad path."""
-    return _encode(value, root)
+def to_canonical(value: object, root: str = "state", *, memo: EncodeMemo | None = None) -> bytes:
+    """Canonical JSON bytes of ``value``; :class:`UnserializableError` names a bad path.
+
+    ``memo``: as for :func:`encode_state` (the same bytes, fewer re-writes).
+    """
+    return _encode(value, root, memo)
 
 
 # --------------------------------------------------------------------------- decode
@@ -988,7 +1084,7 @@ def from_canonical(data: bytes, root: str = "state") -> Any:
     return _decode_plain(plain, root)
 
 
-def encode_state(state: object, *, compress: bool = False) -> bytes:
+def encode_state(state: object, *, compress: bool = False, memo: EncodeMemo | None = None) -> bytes:
     """Versioned canonical bytes of a :class:`~streams.core.engine.SessionState`.
 
     ``compress=True`` deflates them behind a ``0x00`` marker byte: the form the
@@ -998,12 +1094,17 @@ def encode_state(state: object, *, compress: bool = False) -> bytes:
     replays and tests compare; :func:`decode_state` reads both.  Compression is
     deterministic for a given compressor build (:data:`deflate`: ISA-L, else
     zlib), not across builds, so compare states by their uncompressed bytes.
+
+    ``memo`` (one :class:`EncodeMemo` per session, kept with the session) makes
+    the next encode of the same session reuse the texts of every record that did
+    not change, whatever else was encoded in between; the bytes are the same with
+    or without it.
     """
     session_state = _session_state_type()
     if not isinstance(state, session_state):
         raise UnserializableError("state", f"expected SessionState, got {type(state).__name__}")
     envelope = {"format": STATE_FORMAT, "version": STATE_VERSION, "state": state}
-    data = _encode(envelope, "")
+    data = _encode(envelope, "", memo)
     if compress:
         return _DEFLATED + deflate(data, _DEFLATE_LEVEL)
     return data
@@ -1053,6 +1154,7 @@ __all__ = [
     "LEGACY_TAGS",
     "STATE_FORMAT",
     "STATE_VERSION",
+    "EncodeMemo",
     "decode_state",
     "deflate",
     "encode_state",

@@ -56,7 +56,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
 from streams.core.events import TraceEvent
 from streams.core.jsonl import event_to_json
-from streams.core.statecodec import decode_state, encode_state
+from streams.core.statecodec import EncodeMemo, decode_state, encode_state
 from streams.errors import InvalidEventError, StateDecodeError
 from streams.worker.state import (
     BudgetState,
@@ -108,10 +108,16 @@ class PendingWrite:
     value: SessionCounters | BudgetState | MinuteCounts | SessionState
     #: The session the value belongs to (a minute key is ``<session_id>@<minute>``).
     session_id: str = ""
+    #: The session's codec memo (engine states): the next flush re-writes only
+    #: what changed (``streams.core.statecodec.EncodeMemo``).
+    memo: EncodeMemo | None = None
 
     def encode(self) -> TableWrite:
         v = self.value
-        data = encode_state(v, compress=True) if isinstance(v, SessionState) else v.encode()
+        if isinstance(v, SessionState):
+            data = encode_state(v, compress=True, memo=self.memo)
+        else:
+            data = v.encode()
         return TableWrite(self.table, self.partition, self.key, data)
 
 
@@ -200,6 +206,8 @@ class EventProcessor:
         self.engines = engines
         self.engine_config = engine_config
         self._engines: dict[str, SessionEngine] = {}
+        #: session -> the codec memo of its engine state (kept and dropped with the engine)
+        self._memos: dict[str, EncodeMemo] = {}
         #: session id -> its counters, changed in place; frozen only when taken for a flush
         self._sessions: dict[str, SessionWork] = {}
         self._budgets: dict[str, BudgetState] = {}
@@ -259,6 +267,7 @@ class EventProcessor:
         self._budgets.clear()
         self._minutes.clear()
         self._engines.clear()
+        self._memos.clear()
         self._lineage.clear()
         self._partition.clear()
         self._recency.clear()
@@ -302,6 +311,7 @@ class EventProcessor:
             self._budgets,
             self._minutes,
             self._engines,
+            self._memos,
             self._lineage,
             self._partition,
             self._recency,
@@ -771,7 +781,12 @@ class EventProcessor:
             self._new_engines.discard(sid)
             e = self._engines.get(sid)
             if e is not None:
-                pending.append(PendingWrite("engines", part(sid), sid.encode(), e.snapshot(), sid))
+                memo = self._memos.get(sid)
+                if memo is None:
+                    memo = self._memos[sid] = EncodeMemo()
+                pending.append(
+                    PendingWrite("engines", part(sid), sid.encode(), e.snapshot(), sid, memo)
+                )
             if sid in self._dirty_sessions:
                 self._dirty_sessions.discard(sid)
                 c = self._sessions.get(sid)

@@ -1059,3 +1059,108 @@ def test_only_the_outermost_dict_or_list_is_marshalled(monkeypatch: pytest.Monke
     holder = Leaf("y", [Leaf("z", inner)])  # marshal refuses the list (a record in it)
     assert to_canonical(holder) == reference_canonical(holder)
     assert seen == [holder.b, inner]
+
+
+# ------------------------------------------------------------ (d) the memo per session
+
+
+def test_a_memo_gives_the_same_bytes_for_interleaved_long_sessions(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With one memo per session the bytes are the reference's after every event,
+    while the shared cache is too small to keep anything (the worker's case: many
+    sessions flushed in turn), and the memo does serve records it kept."""
+    from streams.core import statecodec as codec
+    from streams.core.engine import SessionEngine
+
+    monkeypatch.setattr(codec, "_FRAGMENT_CACHE_LIMIT", 2)
+    monkeypatch.setattr(codec, "_COMPOSITE_CHARS", 10)
+    kinds = ("looping", "stalled", "budget_burner")
+    engines = {k: SessionEngine.create(f"s-{k}") for k in kinds}
+    streams = {k: _sim_events(k, 5, f"s-{k}", 160) for k in kinds}
+    memos = {k: codec.EncodeMemo() for k in kinds}
+    served = 0
+    real_hit = codec.EncodeMemo._hit
+
+    def counting_hit(self: Any, ident: int, value: object) -> Any:
+        nonlocal served
+        entry = real_hit(self, ident, value)
+        served += entry is not None
+        return entry
+
+    monkeypatch.setattr(codec.EncodeMemo, "_hit", counting_hit)
+    for i in range(160):
+        for k, eng in engines.items():
+            if i < len(streams[k]):
+                eng.on_event(streams[k][i])
+            if i % 3:
+                continue
+            state = eng.snapshot()
+            data = encode_state(state, memo=memos[k])
+            assert data == reference_encode_state(state), f"{k} after event {i}"
+            assert zlib.decompress(encode_state(state, compress=True, memo=memos[k])[1:]) == data
+    assert served > 1000
+    # the memos, not the shared cache, held the records
+    assert len(codec._frag_new) + len(codec._frag_old) <= 3
+    assert all(len(m) > 20 for m in memos.values())
+
+
+def test_a_memo_keeps_exactly_the_records_of_its_last_encode() -> None:
+    from streams.core import statecodec as codec
+
+    memo = codec.EncodeMemo()
+    leaf, other = Leaf("x", 1), Leaf("y", 2)
+    inner = Leaf(leaf, (other,))  # deeply immutable composite: cached whole at once
+    first = Node(1, inner)
+    assert to_canonical(first, memo=memo) == reference_canonical(first)
+    held = {id(e[0]) for e in memo._last.values()}
+    assert {id(leaf), id(other), id(inner)} <= held
+    # served whole: the records below it are not read, so no longer kept
+    second = Node(2, inner)
+    assert to_canonical(second, memo=memo) == reference_canonical(second)
+    held = {id(e[0]) for e in memo._last.values()}
+    assert id(inner) in held and id(leaf) not in held and id(other) not in held
+    assert id(first) not in held  # the last encode's objects only
+    # a planted text is served verbatim: the memo is what the encode reads
+    memo._last[id(inner)] = (inner, '"FROM-MEMO"')
+    assert (
+        to_canonical(Node(3, inner), memo=memo)
+        == b'{"!f":{"left":"FROM-MEMO","right":null,"z_last":3},"!t":"test.node/1"}'
+    )
+    # an entry for another object under the same id is ignored
+    memo._last[id(leaf)] = (other, '"WRONG"')
+    assert to_canonical(leaf, memo=memo) == reference_canonical(leaf)
+    # nothing of it went to the shared cache
+    assert not codec._frag_new and not codec._frag_old and not codec._probation
+
+
+def test_a_memo_waits_for_a_second_sight_and_rewrites_changed_dicts() -> None:
+    from streams.core import statecodec as codec
+
+    memo = codec.EncodeMemo()
+    params: dict[str, Any] = {"cmd": "ls"}
+    rec = Leaf(params)
+    outer = Node(1, rec, [Leaf(2)])  # a composite with a list below
+    assert to_canonical(outer, memo=memo) == reference_canonical(outer)
+    assert memo._last[id(outer)] == (outer, None)  # seen once
+    assert to_canonical(outer, memo=memo) == reference_canonical(outer)
+    assert type(memo._last[id(outer)][1]) is tuple  # cached around its fields
+    params["cmd"] = "rm"
+    outer.right.append(Leaf(3))
+    for _ in range(2):
+        data = to_canonical(outer, memo=memo)
+        assert data == reference_canonical(outer) and b'"rm"' in data
+
+
+def test_a_failed_encode_keeps_the_memo_of_the_last_good_one() -> None:
+    from streams.core import statecodec as codec
+
+    memo = codec.EncodeMemo()
+    good = Node(1, Leaf("x"), (Leaf("y"),))
+    to_canonical(good, memo=memo)
+    before = dict(memo._last)
+    with pytest.raises(UnserializableError) as info:
+        to_canonical(Node(2, Leaf("x"), {"bad": {1, 2}}), memo=memo)
+    assert info.value.field == "state.right.bad"
+    assert memo._last == before and not memo._now
+    assert to_canonical(good, memo=memo) == reference_canonical(good)

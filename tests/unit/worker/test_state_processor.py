@@ -336,6 +336,35 @@ def test_evict_forgets_clean_ended_and_least_recent_sessions_only() -> None:
     assert p.engine_state("c") == q.engine_state("c")
 
 
+def test_each_session_keeps_one_codec_memo_until_it_is_forgotten() -> None:
+    """Engine states are encoded with the session's memo (the next flush re-writes
+    only what changed), the same bytes as without, and the memo goes with the session."""
+    import zlib
+
+    from streams.core.statecodec import decode_state, encode_state
+
+    tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    p = EventProcessor(*tabs, max_sessions=1)
+    events = _looping_events(6)
+    for x in events[:6]:
+        p.apply(x)
+    p.flush()
+    memo = p._memos["s1"]
+    assert len(memo) > 5
+    for x in events[6:]:
+        p.apply(x)
+    pending = p.take_engines(p.dirty_engine_ids())
+    assert [w.memo for w in pending if w.table == "engines"] == [memo]
+    p.untake(pending)  # dirty again: the flush writes them
+    assert p.flush() >= 1
+    stored = zlib.decompress(tabs[3][b"s1"][1:])
+    assert decode_state(stored).last_seq == len(events) - 1
+    assert stored == encode_state(decode_state(stored))  # a memo-less encode agrees
+    p.apply(_sev("other", 0))
+    p.flush()
+    assert p.evict() == 1 and set(p._memos) == {"other"}
+
+
 def test_max_sessions_must_be_positive() -> None:
     with pytest.raises(ValueError, match="max_sessions=0"):
         EventProcessor({}, {}, {}, max_sessions=0)

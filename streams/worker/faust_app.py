@@ -851,6 +851,8 @@ class StateFlusher:
         self.max_flush_s = 0.0
         #: values a flush could not encode (each one stops the worker: FlushError)
         self.unencodable = 0
+        #: CPU seconds this worker's thread spent encoding values at flushes (``/stats``)
+        self.encode_cpu_s = 0.0
         #: changelog records and batches queued so far (``/stats``)
         self.changelog_records = 0
         self.changelog_batches = 0
@@ -863,6 +865,12 @@ class StateFlusher:
         self.offsets_held += held
         if self.metrics is not None:
             self.metrics.on_engine_plan(due, waiting, held)
+
+    def note_encode(self, cpu_s: float) -> None:
+        """Record the CPU time of encoding one taken value (canonical state + deflate)."""
+        self.encode_cpu_s += cpu_s
+        if self.metrics is not None:
+            self.metrics.state_encode.inc(cpu_s)
 
     def note_flush(self, values: int, seconds: float) -> None:
         """Record how long one commit-time flush took (``/stats``; slow ones are logged)."""
@@ -959,12 +967,15 @@ class StateFlusher:
         batches = self._batches()
         try:
             slice_end = time.perf_counter() + self.SLICE_S
+            cpu = time.thread_time
             for p in pending:
+                started = cpu()
                 try:
                     writes.append(p.encode())
                     good.append(p)
                 except Exception as exc:  # named below; the others are still written
                     failed.append((p, exc))
+                self.note_encode(cpu() - started)
                 if time.perf_counter() >= slice_end:
                     await asyncio.sleep(0)  # let fetched batches run
                     slice_end = time.perf_counter() + self.SLICE_S
@@ -1273,6 +1284,7 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
             "dirty": processor.dirty,
             "flushed_values": processor.flushed_values,
             "flushes": flusher.flushes,
+            "state_encode_cpu_s": round(flusher.encode_cpu_s, 3),
             "changelog_records": flusher.changelog_records,
             "changelog_batches": flusher.changelog_batches,
             "sessions_in_memory": len(processor.sessions_in_memory()),

@@ -117,6 +117,12 @@ class WorkerMetrics:
             "event since its last write; --engine-flush-interval)",
             registry=r,
         )
+        self.state_encode = Counter(
+            "trajectory_worker_state_encode_cpu_seconds",
+            "CPU seconds the worker spent encoding table values at flushes (canonical "
+            "state, deflate; the engine snapshots are taken before)",
+            registry=r,
+        )
         self.engines_waiting = Gauge(
             "trajectory_worker_engines_waiting",
             "Changed detector states left waiting for a later commit at the last commit",

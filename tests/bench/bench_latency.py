@@ -81,6 +81,7 @@ from procs import (  # noqa: E402
     BrokerProfile,
     broker_pid,
     cpu_seconds,
+    peak_rss_mb,
     spawn,
     stop,
     thread_cpu_seconds,
@@ -122,13 +123,16 @@ def scrape(url: str, prefixes: tuple[str, ...]) -> dict[str, float]:
 
 
 def worker_metrics(base: str) -> dict[str, float]:
-    """Samples of the worker's histograms: processing sum/count and event-time lag buckets."""
+    """Samples of the worker's metrics: processing sum/count, event-time lag buckets,
+    engine flushes and the CPU seconds spent encoding state at flushes."""
     return scrape(
         f"{base}/metrics",
         (
             "trajectory_worker_event_processing_seconds_sum ",
             "trajectory_worker_event_processing_seconds_count ",
             "trajectory_worker_event_time_lag_seconds_bucket{",
+            "trajectory_worker_engine_flushes_total ",
+            "trajectory_worker_state_encode_cpu_seconds_total ",
         ),
     )
 
@@ -887,6 +891,27 @@ def main() -> int:
                             "  CPU (cores busy over the phase, of "
                             f"{os.cpu_count()}): "
                             + ", ".join(f"{k} {v / wall:.2f}" for k, v in proc_cpu.items()),
+                            flush=True,
+                        )
+                        enc = "trajectory_worker_state_encode_cpu_seconds_total"
+                        flushed = "trajectory_worker_engine_flushes_total"
+                        if enc in m_after and enc in m_before and n:
+                            enc_s = m_after[enc] - m_before[enc]
+                            engines = m_after.get(flushed, 0.0) - m_before.get(flushed, 0.0)
+                            print(
+                                f"  worker state encode (at flushes): {1e6 * enc_s / n:.1f} "
+                                f"us per event; {engines:.0f} engine states written, "
+                                f"{1e6 * enc_s / max(1.0, engines):.0f} us of encode per "
+                                "engine state (with the counters, budgets and minutes)",
+                                flush=True,
+                            )
+                        print(
+                            "  peak RSS so far (MB): "
+                            + ", ".join(
+                                f"{k} {peak_rss_mb(v):.0f}"
+                                for k, v in pids.items()
+                                if k != "broker"
+                            ),
                             flush=True,
                         )
                 finally:

@@ -11,11 +11,20 @@ The worker's GC thresholds are set (streams/commands/worker.py), as a long-lived
 heap of S sessions makes the collector part of the cost.  The first ``--warmup``
 rounds are not timed.
 
+``--flush-every N`` flushes each session every N rounds instead, staggered
+(the worker's ``--engine-flush-interval`` of 30 s at one event per session per
+second is 30); ``--workload closed-loop`` runs ``bench_latency.py``'s sessions
+instead (looping, stalled and budget-burning ones that never end, so their
+windows stay full); ``--no-memo`` encodes without the per-session codec memo the
+worker keeps (``statecodec.EncodeMemo``), through the shared cache alone.
+
 It prints process CPU µs per session-commit for each step, the state's size
-(canonical JSON and deflated bytes), which parts of a state hold its bytes, and
-``uptime`` load.  Example::
+(canonical JSON and deflated bytes), which parts of a state hold its bytes, the
+peak RSS and ``uptime`` load.  Examples::
 
     python tests/bench/bench_statecodec.py --sessions 1000 --rounds 30
+    python tests/bench/bench_statecodec.py --workload closed-loop --sessions 1000 \
+        --warmup 180 --rounds 240 --flush-every 30 [--no-memo]
 """
 
 from __future__ import annotations
@@ -29,6 +38,7 @@ import statistics
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -39,7 +49,23 @@ from bench_worker import paced_events
 from streams.commands.worker import WORKER_GC_THRESHOLDS
 from streams.core.config import EngineConfig
 from streams.core.engine import SessionEngine, SessionState
-from streams.core.statecodec import deflate, encode_state, to_canonical
+from streams.core.events import TraceEvent
+from streams.core.statecodec import EncodeMemo, deflate, encode_state, to_canonical
+from streams.sim.events import session_events
+
+#: ``bench_latency.py``'s session kinds (its ``KINDS``): long-running, full windows.
+CLOSED_LOOP_KINDS = ("looping", "stalled", "budget_burner")
+
+
+def closed_loop_events(sessions: int) -> Iterator[TraceEvent]:
+    """One event of each of ``sessions`` endless sessions per round, round-robin."""
+    streams = [
+        session_events(CLOSED_LOOP_KINDS[i % 3], i, f"lat-{i}")  # type: ignore[arg-type]
+        for i in range(sessions)
+    ]
+    while True:
+        for stream in streams:
+            yield next(stream)
 
 
 def parts(states: list[SessionState]) -> dict[str, int]:
@@ -63,31 +89,61 @@ def main() -> None:
     ap.add_argument("--sessions", type=int, default=1000)
     ap.add_argument("--rounds", type=int, default=30, help="commits per session")
     ap.add_argument("--warmup", type=int, default=5, help="untimed rounds first")
+    ap.add_argument(
+        "--flush-every",
+        type=int,
+        default=1,
+        help="rounds between two flushes of a session, staggered (30: the worker's 30 s "
+        "flush interval at one event per session per second; default 1)",
+    )
+    ap.add_argument(
+        "--workload",
+        choices=("paced", "closed-loop"),
+        default="paced",
+        help="paced: bench_worker.py --rate's sessions (the four kinds, ending and "
+        "restarting); closed-loop: bench_latency.py's never-ending sessions",
+    )
+    ap.add_argument(
+        "--memo",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="a codec memo per session, as the worker keeps (default); --no-memo: "
+        "the shared cache alone",
+    )
     args = ap.parse_args()
+    if args.flush_every < 1:
+        ap.error(f"--flush-every {args.flush_every}: give 1 or more rounds")
     gc.set_threshold(*WORKER_GC_THRESHOLDS)  # as the worker does
     cfg = EngineConfig()
     engines: dict[str, SessionEngine] = {}
-    events = paced_events(args.sessions)
+    memos: dict[str, EncodeMemo] = {}
+    events = (
+        paced_events(args.sessions)
+        if args.workload == "paced"
+        else closed_loop_events(args.sessions)
+    )
     spent = {"snapshot": 0.0, "encode": 0.0, "deflate": 0.0}
     json_sizes: list[int] = []
     deflated: list[int] = []
     flushes = 0
     clock = time.process_time
     for rnd in range(args.rounds):
-        touched: list[SessionEngine] = []
-        for _ in range(args.sessions):
+        touched: dict[str, SessionEngine] = {}
+        for i in range(args.sessions):
             ev = next(events)
             engine = engines.get(ev.session_id)
             if engine is None:
                 engine = engines[ev.session_id] = SessionEngine.create(ev.session_id, cfg)
             engine.on_event(ev)
-            touched.append(engine)
+            if (rnd + i) % args.flush_every == 0:
+                touched[ev.session_id] = engine
         timed = rnd >= args.warmup
-        for engine in touched:
+        for sid, engine in touched.items():
+            memo = memos.setdefault(sid, EncodeMemo()) if args.memo else None
             t0 = clock()
             state = engine.snapshot()
             t1 = clock()
-            data = encode_state(state)
+            data = encode_state(state, memo=memo)
             t2 = clock()
             packed = deflate(data, 1)
             t3 = clock()
@@ -100,8 +156,11 @@ def main() -> None:
                 flushes += 1
     live = [e.snapshot() for e in engines.values() if e.last_seq >= 0][:2000]
     report = {
+        "workload": args.workload,
         "sessions": args.sessions,
         "rounds": args.rounds,
+        "flush_every": args.flush_every,
+        "memo": args.memo,
         "flushes": flushes,
         **{f"{k}_us": round(v / flushes * 1e6, 1) for k, v in spent.items()},
         "flush_us": round(sum(spent.values()) / flushes * 1e6, 1),

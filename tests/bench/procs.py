@@ -91,6 +91,17 @@ def tree_cpu_seconds(pid: int) -> float:
     return total
 
 
+def peak_rss_mb(pid: int) -> float:
+    """Peak resident memory of process ``pid`` so far, MB (``VmHWM``; 0 if unreadable)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return 0.0
+
+
 def thread_cpu_seconds(tid: int) -> float:
     """User + system CPU seconds of thread ``tid`` of this process (0 if unreadable).
 

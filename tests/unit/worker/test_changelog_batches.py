@@ -106,10 +106,18 @@ def test_a_flush_queues_every_value_once_per_partition_in_order(tmp_path: Path) 
         _install(wapp, sender)
         flusher = wapp.app.state_flusher
         flusher.WRITE_CHUNK = 5  # several chunks: batches stay open across them
+        from streams.worker.metrics import WorkerMetrics
+
+        flusher.metrics = metrics = WorkerMetrics()
         _apply(wapp, _events(sessions=40, per_session=3))
         pending = wapp.processor.take_dirty()
         expected = [p.encode() for p in pending]
         await flusher.write_pending(pending, _no_flush)
+        # the encode's CPU time is counted, in /stats and /metrics alike
+        assert flusher.encode_cpu_s > 0
+        assert metrics.registry.get_sample_value(
+            "trajectory_worker_state_encode_cpu_seconds_total"
+        ) == pytest.approx(flusher.encode_cpu_s)
 
         # every value is in the stores and in exactly one queued batch of its partition
         queued: dict[tuple[str, int], list[tuple[bytes, bytes]]] = {}

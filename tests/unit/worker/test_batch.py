@@ -197,6 +197,35 @@ def test_an_unexpected_error_sends_what_came_before_and_commits_only_that() -> N
     assert h.processor.applied == 3
 
 
+def test_a_decoder_failure_counts_at_its_record_not_before() -> None:
+    """The batch is decoded before it is applied: a decode failure still dead-letters
+    (a malformed record) or stops the worker (anything else) at its own record, after
+    the records before it were applied."""
+    events = looping(3)
+    recs = records(events, start=10)
+    bad = recs[3].value
+
+    def decode(value: bytes) -> TraceEvent:
+        if value == bad:
+            raise RuntimeError("decoder bug")
+        return SERDE.decode(value)
+
+    sent = Sent()
+    h = handler(sent)
+    h.decoder = decode
+    with pytest.raises(RuntimeError, match="decoder bug"):
+        asyncio.run(h.handle(recs))
+    assert h.committable("t.events", 0) == 13 and h.processor.applied == 3
+
+    sent = Sent()
+    h = handler(sent)
+    junk = [*recs[:2], Rec(12, b"s1", b"\x00junk"), *records(events[2:], start=13)]
+    asyncio.run(h.handle(junk))
+    (dlq,) = sent.to("t.dlq")
+    assert dlq[2] == b"\x00junk" and h.processor.applied == len(events)
+    assert h.committable("t.events", 0) == 13 + len(events) - 2
+
+
 def test_commit_waits_for_a_batch_to_be_fully_sent() -> None:
     """A commit takes the handler lock: it cannot see state whose outputs are unsent."""
 

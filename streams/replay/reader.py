@@ -580,17 +580,20 @@ class TopicReader(Generic[T]):
                     # (docs/replay.md "Decode ahead"); failures keep their place
                     items: list[Any] = []
                     put = items.append
+                    # counted as they are handed on (a caller may stop mid-slice)
+                    sizes: list[int] = []
+                    sized = sizes.append
                     for msg in batch[start : start + ahead]:
                         key = msg.key()
                         if key_filter is not None and not key_filter(key):
                             continue
-                        records += 1
                         value = msg.value()
                         if value is None:
                             put(_Failed(msg, key, "no value (tombstone)", None, False))
+                            sized(0)
                             continue
                         size = len(value)
-                        size_total += size
+                        sized(size)
                         try:
                             item = decode(value)
                         except decode_errors as exc:
@@ -610,7 +613,9 @@ class TopicReader(Generic[T]):
                                 )
                                 continue
                         put(item)
-                    for got in items:
+                    for got, size in zip(items, sizes, strict=True):
+                        records += 1
+                        size_total += size
                         if type(got) is _Failed:
                             self._fail(*got.where(), got.reason, got.exc)
                             continue

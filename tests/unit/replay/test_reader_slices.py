@@ -92,3 +92,12 @@ def test_strict_raises_after_the_events_before_the_bad_record(ahead: int) -> Non
         for ev in reader:
             got.append(ev.seq)
     assert got == [0]
+
+
+def test_a_reader_stopped_early_counts_only_what_it_handed_on() -> None:
+    reader = _reader(_values(), strict=False, ahead=256)
+    it = iter(reader)
+    assert [next(it).seq, next(it).seq] == [0, 1]  # offsets 0 and 2; junk at 1 between
+    it.close()
+    assert (reader.stats.records, reader.stats.decoded) == (3, 2)
+    assert [f.offset for f in reader.stats.failures] == [1]

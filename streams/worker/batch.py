@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from streams.core.events import TraceEvent
 from streams.errors import (
@@ -127,10 +127,6 @@ class BatchStats:
     events: int
     dead_lettered: int
     outputs: int
-
-
-#: Stands for a record without a value in a decoded batch.
-_NO_VALUE: Final = object()
 
 
 class _Undecoded:
@@ -236,7 +232,7 @@ class EventBatchHandler:
         for record in records:
             value = record.value
             if value is None:
-                put(_NO_VALUE)
+                put(None)  # a tombstone: refused below, where its record is
             else:
                 try:
                     put(decoder(value))
@@ -249,13 +245,13 @@ class EventBatchHandler:
             started_ns = perf_ns() - decode_ns[i]
             value = record.value
             try:
-                event = decoded[i]
-                if type(event) is _Undecoded:
-                    raise event.exc
-                if event is _NO_VALUE:
+                if value is None:
                     raise MalformedMessageError(
                         "empty message value (a tombstone); expected an Avro event"
                     )
+                event = decoded[i]
+                if type(event) is _Undecoded:
+                    raise event.exc
                 raw_key = record.key
                 key = raw_key.decode("utf-8", "replace") if raw_key is not None else None
                 if key is not None and key != event.session_id:

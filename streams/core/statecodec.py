@@ -864,12 +864,10 @@ def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:
                 return text
         elif not memo._again(ident, value):
             return text
+    keep: tuple[object, _Cached] | None = None
     if not fresh:
         if len(text) <= _FRAGMENT_MAX_CHARS:
-            if memo is None:
-                _remember(ident, (value, text))
-            else:
-                memo._now[ident] = (value, text)
+            keep = (value, text)
     elif len(text) - sum([len(parts[i]) for i in fresh]) <= _FRAGMENT_MAX_CHARS:
         names = [keys[(i - 1) // 2][0] for i in fresh]
         ends = [*fresh[1:], len(parts)]
@@ -877,12 +875,13 @@ def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:
             (name, "".join(parts[i + 1 : end]))
             for name, i, end in zip(names, fresh, ends, strict=True)
         )
-        around = (value, ("".join(parts[: fresh[0]]), rest))
-        if memo is None:
-            _remember(ident, around)
-        else:
-            memo._now[ident] = around
+        keep = (value, ("".join(parts[: fresh[0]]), rest))
         cx.seen[ident] = (value, text)
+    if keep is not None:
+        if memo is None:
+            _remember(ident, keep)
+        else:
+            memo._now[ident] = keep
     return text
 
 

@@ -27,6 +27,12 @@ much of it the parent spent (merging the workers' outputs) and how busy the
 ``N`` cores were on average (CPU time / wall time / N: below 100 % is start-up,
 the merge's tail, a worker waiting, or other processes on the machine).
 
+``--ahead-rounds K`` then runs the ``fetch+decode+core`` pass K more times with
+the reader decoding each record just before its event is handed on
+(``TopicReader.DECODE_AHEAD = 1``, as before 2026-11-29) and K times with the
+default slice, alternating in this one process, so the two are compared on the
+same machine state (docs/replay.md "Decode ahead").
+
 With ``--profile`` the last pass runs under cProfile and the top functions by
 cumulative and own time are printed.  The topics are deleted at the end.
 Not a test (pytest does not collect ``bench_*.py``); no assertion, it prints figures.
@@ -198,6 +204,14 @@ def main() -> None:
         help="also build the analyze --json records (what --output jsonl does)",
     )
     parser.add_argument(
+        "--ahead-rounds",
+        type=int,
+        default=0,
+        metavar="K",
+        help="also alternate the core pass K times each with DECODE_AHEAD 1 and the "
+        "default (0: not)",
+    )
+    parser.add_argument(
         "--jobs",
         type=int,
         default=4,
@@ -258,6 +272,16 @@ def main() -> None:
                 det = sum(len(s.patterns) for s in extra.sessions.values())
                 ass = sum(len(s.assessments) for s in extra.sessions.values())
                 print(f"{'':<20} {det} pattern detections, {ass} assessments")
+        default_ahead = TopicReader.DECODE_AHEAD
+        for _ in range(args.ahead_rounds):
+            for ahead in (1, default_ahead):
+                TopicReader.DECODE_AHEAD = ahead
+                c = time.process_time()
+                n, _ = fetch_decode_core()
+                cpu = time.process_time() - c
+                label = f"  decode ahead {ahead}"
+                print(f"{label:<20} {n:>8} events  cpu {cpu / n * 1e6:5.1f} us/event")
+        TopicReader.DECODE_AHEAD = default_ahead
         from streams.replay.parallel import ParallelReplay, start_method
 
         plan = TopicReader(args.bootstrap, topics, lambda b: b).plan()

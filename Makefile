@@ -21,7 +21,7 @@ CACHE ?= .cache
 INSTALL_STAMP := $(CACHE)/install-$(subst /,_,$(shell command -v $(PYTHON) 2>/dev/null || echo $(PYTHON))).stamp
 
 .DEFAULT_GOAL := help
-.PHONY: help install jars browser broker broker-stop broker-status test unit integration lint format demo bench clean
+.PHONY: help install jars browser broker broker-stop broker-status test unit integration lint format demo bench aims clean
 
 help:
 	@echo "make install        pip install -e '.[test]' (only when pyproject.toml changed)"
@@ -33,6 +33,7 @@ help:
 	@echo "make lint           ruff check + ruff format --check + mypy --strict streams"
 	@echo "make demo           install, then python -m streams demo"
 	@echo "make bench          run the benchmark scripts in tests/bench"
+	@echo "make aims           issue #12's aims side by side, best of 3 (~8 min)"
 	@echo "variables: PYTHON=$(PYTHON) PYTEST_TIMEOUT=$(PYTEST_TIMEOUT) PYTEST_ARGS='$(PYTEST_ARGS)'"
 	@echo "           PYTEST_WORKERS=$(PYTEST_WORKERS) (pytest-xdist processes; 0: none) PYTEST_DIST=$(PYTEST_DIST)"
 
@@ -102,6 +103,11 @@ bench: install jars
 	for script in tests/bench/*.py; do \
 		echo "== $$script (KAFKA_BOOTSTRAP=$$KAFKA_BOOTSTRAP)"; $(PYTHON) $$script; \
 	done
+
+# Every aim of issue #12 in one run on one broker, best of 3 (tests/bench/bench_aims.py;
+# it starts a broker of its own on $$KAFKA_BOOTSTRAP's port when none answers).
+aims: install jars
+	$(PYTHON) tests/bench/bench_aims.py
 
 clean:
 	rm -rf build *.egg-info .pytest_cache .mypy_cache .ruff_cache $(INSTALL_STAMP)

@@ -537,6 +537,21 @@ def core_alone_us(n: int = 20_000) -> float:
     return _CORE_US[0]
 
 
+def write_json(path: str, data: dict[str, Any]) -> None:
+    """``data`` as JSON at ``path``; NaN (a phase without assessments) as null."""
+
+    def clean(x: Any) -> Any:
+        if isinstance(x, float) and x != x:
+            return None
+        if isinstance(x, dict):
+            return {k: clean(v) for k, v in x.items()}
+        if isinstance(x, (list, tuple)):
+            return [clean(v) for v in x]
+        return x
+
+    Path(path).write_text(json.dumps(clean(data), indent=1))
+
+
 def pct(values: list[int], q: float) -> float:
     if not values:
         return float("nan")
@@ -637,6 +652,12 @@ def main() -> int:
         help="record the broker with Java Flight Recorder over each phase (a .jfr file per "
         "phase in DIR) and print the broker's hottest frames: what its CPU per event is "
         "spent on (needs the JDK's jcmd and jfr, and a broker on this machine)",
+    )
+    ap.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write every phase's figures (latency percentiles, CPU us per event by "
+        "stage, broker + router + worker) to PATH as JSON (bench_aims.py reads it)",
     )
     ap.add_argument(
         "--trace",
@@ -887,6 +908,11 @@ def main() -> int:
                             ):
                                 print(line, flush=True)
                         print_cpu_table(proc_cpu, n, r["p99"])
+                        r["cpu_us"] = {k: 1e6 * v / n for k, v in proc_cpu.items()} if n else {}
+                        r["pipeline_us"] = sum(
+                            r["cpu_us"].get(k, 0.0) for k in ("broker", "router", "worker")
+                        )
+                        r["load"] = os.getloadavg()[0]
                         print(
                             "  CPU (cores busy over the phase, of "
                             f"{os.cpu_count()}): "
@@ -935,6 +961,8 @@ def main() -> int:
                     f"{r['max']:>6.0f}"
                 )
             print(f"(session topic setup: {setup_s:.1f}s for {len(sids)} topics; latency in ms)")
+            if args.json:
+                write_json(args.json, {"prefix": prefix, "age": args.age, "results": results})
     finally:
         for p in reversed(procs):
             stop(p)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import json
 import os
 import pstats
 import sys
@@ -218,7 +219,14 @@ def main() -> None:
         help="also run the replay in N processes (2 always runs; 0 adds nothing)",
     )
     parser.add_argument("--bootstrap", default=os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092"))
+    parser.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write each pass's events/s and CPU us per event to PATH as JSON "
+        "(bench_aims.py reads it)",
+    )
     args = parser.parse_args()
+    summary: dict[str, Any] = {"events": args.events, "load": os.getloadavg()[0], "passes": {}}
 
     from streams.replay.reader import IngestCheck, TopicReader
     from streams.replay.replay import replay_events
@@ -264,6 +272,7 @@ def main() -> None:
             n, extra = fn()
             dt, cpu = time.perf_counter() - t, time.process_time() - c
             rows.append((name, n, cpu))
+            summary["passes"][name] = {"events_per_s": n / dt, "cpu_us": cpu / n * 1e6}
             print(
                 f"{name:<20} {n:>8} events  {dt:6.2f} s  {n / dt:>10,.0f} events/s  "
                 f"cpu {cpu / n * 1e6:5.1f} us/event"
@@ -297,12 +306,15 @@ def main() -> None:
             own = time.process_time() - own
             n = merged.events
             name = f"... {jobs} processes"
+            summary["passes"][f"jobs{jobs}"] = {"events_per_s": n / dt, "cpu_us": cpu / n * 1e6}
             print(
                 f"{name:<20} {n:>8} events  {dt:6.2f} s  "
                 f"{n / dt:>10,.0f} events/s  cpu {cpu / n * 1e6:5.1f} "
                 f"us/event  ({method}, incl. process start-up; parent {own / n * 1e6:.1f} "
                 f"us/event, cores busy {cpu / dt / jobs:.0%})"
             )
+        if args.json:
+            Path(args.json).write_text(json.dumps(summary, indent=1))
         f, d, c = (r[2] for r in rows)
         print(
             f"share of cpu time: fetch {f / c:.0%}, decode {(d - f) / c:.0%}, "

@@ -37,6 +37,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -442,6 +443,12 @@ def main(argv: list[str] | None = None) -> int:
         help="route the backlog a previous --keep run left under PREFIX (no publishing; "
         "implies --keep); every stage round uses a new consumer group",
     )
+    ap.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write every stage round (events, wall and CPU seconds, events/s) to "
+        "PATH as JSON (bench_aims.py reads it)",
+    )
     args = ap.parse_args(argv)
 
     prefix = args.reuse or "bench" + uuid.uuid4().hex[:10]
@@ -494,6 +501,17 @@ def main(argv: list[str] | None = None) -> int:
             topics = [t for t in admin.list_topics(timeout=10).topics if t.startswith(prefix + ".")]
             if topics:
                 admin.delete_topics(topics)
+    if args.json:
+        rounds = {
+            name: [
+                {"events": x.events, "wall_s": x.wall_s, "cpu_s": x.cpu_s, "events_per_s": x.rate}
+                for x in runs
+            ]
+            for name, runs in results.items()
+        }
+        Path(args.json).write_text(
+            json.dumps({"prefix": prefix, "guarantee": args.guarantee, "stages": rounds}, indent=1)
+        )
     if "raw" in results and "router" in results:
         best_raw = max(x.rate for x in results["raw"])
         best_router = max(x.rate for x in results["router"])

@@ -205,6 +205,7 @@ def make_figures() -> dict[str, list[Figure]]:
             Figure("loop", "broker", "us/event", 0.0, False),
             Figure("loop", "router", "us/event", 0.0, False),
             Figure("loop", "worker", "us/event", 0.0, False),
+            Figure("loop", "core alone, same sessions", "us/event", 0.0, False),
         ],
         "replay": [Figure("replay", "replay, 2 processes", "events/s", 50_000.0, True)],
     }
@@ -269,8 +270,9 @@ def round_loop(run: Run, k: int, figs: list[Figure]) -> None:
     cpu = r.get("cpu_us", {}) if r else {}
     figs[0].rounds.append(r["pipeline_us"] if r else None)
     figs[1].rounds.append(r["p99"] if r else None)
-    for fig, key in zip(figs[2:], ("broker", "router", "worker"), strict=True):
+    for fig, key in zip(figs[2:5], ("broker", "router", "worker"), strict=True):
         fig.rounds.append(cpu.get(key))
+    figs[5].rounds.append(r.get("core_alone_us") if r else None)
     if r:
         print(
             f"    broker {cpu.get('broker', 0):.0f} + router {cpu.get('router', 0):.0f} + "

@@ -478,7 +478,7 @@ def tail_report(
     return out
 
 
-def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float) -> None:
+def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float, core_us: float) -> None:
     """CPU microseconds per event for each stage of one phase (issue #12).
 
     ``sdk`` is this process minus the Python threads of the assessment subscriber
@@ -487,8 +487,8 @@ def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float) -> None
     librdkafka threads of all three clients stay in ``sdk`` (they cannot be told
     apart), so the SDK figure is an upper bound.  The pipeline (broker + router +
     worker) is what a fleet pays per event on the server side; ``core alone`` is
-    the detector engine over the same number of simulator events in memory
-    (``core_alone_us``), the floor the worker cannot go below.  Cores busy at
+    the detector engine in memory over sessions like the phase's, as old as they
+    are (``core_alone_us``), the floor the worker cannot go below.  Cores busy at
     1,000 events/s = us/event / 1,000.
     """
     if events <= 0:
@@ -512,7 +512,7 @@ def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float) -> None
     )
     print(f"    {'broker + router + worker':<28} {pipeline:8.1f}")
     print(f"    {'end to end (all above)':<28} {total:8.1f}")
-    print(f"    {'core alone (in memory)':<28} {core_alone_us():8.1f}")
+    print(f"    {'core alone (in memory)':<28} {core_us:8.1f}")
     if "probe" in proc_cpu:
         probe_us = 1e6 * proc_cpu["probe"] / events
         print(f"    {'(stage probe, not counted)':<28} {probe_us:8.1f}")
@@ -522,18 +522,38 @@ def print_cpu_table(proc_cpu: dict[str, float], events: int, p99: float) -> None
 _CORE_US: list[float] = []
 
 
-def core_alone_us(n: int = 20_000) -> float:
-    """CPU us per event of the detector core alone (all default detectors), on a
-    simulated fleet (``streams.sim``, 1,000 open sessions), measured once."""
+def core_alone_us(sessions: int, age: int, per_session: int) -> float:
+    """CPU us per event of the detector engine alone (all default detectors), in
+    memory, over the kind of sessions the phase runs: ``sessions`` simulated sessions
+    of the bench's kinds (``KINDS``, ``streams.sim.events.session_events``), each
+    ``1 + age`` events in untimed (the warm-up's ``session_start`` and the ``--age``
+    events), then ``per_session`` more each, round-robin, timed.  Measured once.
+
+    Why the same sessions: long-running sessions of these pathological kinds cost
+    the engine more per event than a churny simulated fleet of fresh ones (~50
+    against ~32 us on 2026-11-29), so a fleet figure understated the floor the
+    worker cannot go below."""
     if not _CORE_US:
         from streams.core.config import EngineConfig
-        from streams.replay.replay import replay_events
-        from streams.sim.events import fleet_events
+        from streams.core.engine import SessionEngine
+        from streams.sim.events import session_events
 
-        events = fleet_events(n, 1000, seed=7, prefix="core")
+        cfg = EngineConfig()
+        sids = [f"core-{i}" for i in range(sessions)]
+        feeds = [
+            session_events(KINDS[i % len(KINDS)], i, sid)  # type: ignore[arg-type]
+            for i, sid in enumerate(sids)
+        ]
+        engines = [SessionEngine.create(sid, cfg) for sid in sids]
+        for _ in range(1 + age):
+            for engine, feed in zip(engines, feeds, strict=True):
+                engine.on_event(next(feed))
+        timed = [[next(feed) for _ in range(per_session)] for feed in feeds]
         cpu0 = time.process_time()
-        replay_events(events, EngineConfig())
-        _CORE_US.append(1e6 * (time.process_time() - cpu0) / len(events))
+        for k in range(per_session):
+            for engine, events in zip(engines, timed, strict=True):
+                engine.on_event(events[k])
+        _CORE_US.append(1e6 * (time.process_time() - cpu0) / (sessions * per_session))
     return _CORE_US[0]
 
 
@@ -907,7 +927,10 @@ def main() -> int:
                                 work / f"assessments-{tag}.jsonl",
                             ):
                                 print(line, flush=True)
-                        print_cpu_table(proc_cpu, n, r["p99"])
+                        r["core_alone_us"] = core_alone_us(
+                            args.sessions, args.age, max(1, n // args.sessions)
+                        )
+                        print_cpu_table(proc_cpu, n, r["p99"], r["core_alone_us"])
                         r["cpu_us"] = {k: 1e6 * v / n for k, v in proc_cpu.items()} if n else {}
                         r["pipeline_us"] = sum(
                             r["cpu_us"].get(k, 0.0) for k in ("broker", "router", "worker")

@@ -206,6 +206,8 @@ def make_figures() -> dict[str, list[Figure]]:
             Figure("loop", "router", "us/event", 0.0, False),
             Figure("loop", "worker", "us/event", 0.0, False),
             Figure("loop", "core alone, same sessions", "us/event", 0.0, False),
+            Figure("loop", "SDK publish", "us/event", 0.0, False),
+            Figure("loop", "end to end (SDK..subscriber)", "us/event", 0.0, False),
         ],
         "replay": [Figure("replay", "replay, 2 processes", "events/s", 50_000.0, True)],
     }
@@ -273,6 +275,8 @@ def round_loop(run: Run, k: int, figs: list[Figure]) -> None:
     for fig, key in zip(figs[2:5], ("broker", "router", "worker"), strict=True):
         fig.rounds.append(cpu.get(key))
     figs[5].rounds.append(r.get("core_alone_us") if r else None)
+    figs[6].rounds.append(cpu.get("sdk"))
+    figs[7].rounds.append(r.get("end_to_end_us") if r else None)
     if r:
         print(
             f"    broker {cpu.get('broker', 0):.0f} + router {cpu.get('router', 0):.0f} + "

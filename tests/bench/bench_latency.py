@@ -935,6 +935,10 @@ def main() -> int:
                         r["pipeline_us"] = sum(
                             r["cpu_us"].get(k, 0.0) for k in ("broker", "router", "worker")
                         )
+                        r["end_to_end_us"] = sum(  # as print_cpu_table's total: no probe
+                            r["cpu_us"].get(k, 0.0)
+                            for k in ("sdk", "broker", "router", "worker", "subscriber")
+                        )
                         r["load"] = os.getloadavg()[0]
                         print(
                             "  CPU (cores busy over the phase, of "

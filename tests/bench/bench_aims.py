@@ -56,8 +56,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "tests" / "bench"
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(BENCH))
 
-from streams.broker import LocalBroker, free_port, kafka_ready, parse_bootstrap  # noqa: E402
+from procs import broker_unless_running  # noqa: E402
 
 AIMS = ("router", "worker", "loop", "replay")
 
@@ -359,16 +360,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--rounds must be at least 1")
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    host, port = parse_bootstrap(bootstrap)
-    broker = None
-    if not kafka_ready(host, port):
-        broker = LocalBroker(
-            Path(tempfile.mkdtemp(prefix="bench-aims-broker-")),
-            port=port,
-            controller_port=free_port(),
-        )
-        print(f"starting a local broker on {bootstrap}", flush=True)
-        broker.start()
+    broker = broker_unless_running(bootstrap, "aims")
     work = Path(tempfile.mkdtemp(prefix=f"bench-aims-{uuid.uuid4().hex[:6]}-"))
     run = Run(work, bootstrap, args.timeout)
     figures = {a: f for a, f in make_figures().items() if a in aims}

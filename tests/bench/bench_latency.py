@@ -69,7 +69,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
-from streams.broker import LocalBroker, free_port, kafka_ready, parse_bootstrap  # noqa: E402
+from streams.broker import free_port, parse_bootstrap  # noqa: E402
 from streams.sdk import Publisher  # noqa: E402
 from streams.sdk.subscriber import AssessmentSubscriber  # noqa: E402
 from streams.settings import Settings  # noqa: E402
@@ -80,6 +80,7 @@ sys.path.insert(0, str(REPO / "tests" / "bench"))
 from procs import (  # noqa: E402
     BrokerProfile,
     broker_pid,
+    broker_unless_running,
     cpu_seconds,
     peak_rss_mb,
     spawn,
@@ -691,16 +692,8 @@ def main() -> int:
     batches = args.batch_ms or [100]
 
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    host, port = parse_bootstrap(bootstrap)
-    broker = None
-    if not kafka_ready(host, port):
-        broker = LocalBroker(
-            Path(tempfile.mkdtemp(prefix="bench-latency-broker-")),
-            port=port,
-            controller_port=free_port(),
-        )
-        print(f"starting a local broker on {bootstrap}", flush=True)
-        broker.start()
+    broker = broker_unless_running(bootstrap, "latency")
+    _, port = parse_bootstrap(bootstrap)
     bpid = broker_pid(port)
     prefix = "lat" + uuid.uuid4().hex[:10]
     settings = Settings(bootstrap=bootstrap, prefix=prefix, events_partitions=args.partitions)

@@ -57,9 +57,16 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 
 from bench_latency import KINDS, Agent, delete_prefix_topics  # noqa: E402
-from procs import broker_pid, spawn, stop, tree_cpu_seconds, worker_args  # noqa: E402
+from procs import (  # noqa: E402
+    broker_pid,
+    broker_unless_running,
+    spawn,
+    stop,
+    tree_cpu_seconds,
+    worker_args,
+)
 
-from streams.broker import LocalBroker, free_port, kafka_ready, parse_bootstrap  # noqa: E402
+from streams.broker import free_port, parse_bootstrap  # noqa: E402
 from streams.router import RouterConfig  # noqa: E402
 from streams.router.router import ensure_topics  # noqa: E402
 from streams.sdk import Publisher  # noqa: E402
@@ -272,16 +279,7 @@ def main() -> int:
     )
     args = ap.parse_args()
     bootstrap = os.environ.get("KAFKA_BOOTSTRAP", "127.0.0.1:9092")
-    host, port = parse_bootstrap(bootstrap)
-    broker = None
-    if not kafka_ready(host, port):
-        broker = LocalBroker(
-            Path(tempfile.mkdtemp(prefix="bench-routing-broker-")),
-            port=port,
-            controller_port=free_port(),
-        )
-        print(f"starting a local broker on {bootstrap}", flush=True)
-        broker.start()
+    broker = broker_unless_running(bootstrap, "routing")
     try:
         active = args.sessions if args.active is None else args.active
         for stage in args.stage or list(STAGES):

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -31,6 +32,28 @@ def spawn(args: list[str], log: Path, *, profile: Path | None = None) -> subproc
         stderr=subprocess.STDOUT,
         start_new_session=True,
     )
+
+
+def broker_unless_running(bootstrap: str, name: str) -> Any:
+    """A :class:`~streams.broker.LocalBroker` started on ``bootstrap``'s port in a
+    fresh temporary data dir when nothing answers there (the caller stops it), or
+    None when a broker already answers (the benches' "use $KAFKA_BOOTSTRAP, or start
+    one" rule)."""
+    import tempfile
+
+    from streams.broker import LocalBroker, free_port, kafka_ready, parse_bootstrap
+
+    host, port = parse_bootstrap(bootstrap)
+    if kafka_ready(host, port):
+        return None
+    broker = LocalBroker(
+        Path(tempfile.mkdtemp(prefix=f"bench-{name}-broker-")),
+        port=port,
+        controller_port=free_port(),
+    )
+    print(f"starting a local broker on {bootstrap}", flush=True)
+    broker.start()
+    return broker
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

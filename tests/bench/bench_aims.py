@@ -70,7 +70,8 @@ class Figure:
     aim: str
     label: str
     unit: str
-    target: float
+    #: None: shown for context, no aim of its own
+    target: float | None
     higher_is_better: bool
     rounds: list[float | None] = field(default_factory=list)
 
@@ -84,7 +85,7 @@ class Figure:
     @property
     def met(self) -> bool | None:
         best = self.best
-        if best is None:
+        if best is None or self.target is None:
             return None
         return best >= self.target if self.higher_is_better else best <= self.target
 
@@ -114,9 +115,7 @@ class Run:
         failed (reported with the end of its log)."""
         out = self.work / f"{tag}.json"
         log = self.work / f"{tag}.log"
-        cmd = [sys.executable, str(BENCH / script), *args]
-        if script != "bench_worker.py":  # it prints JSON lines instead
-            cmd += ["--json", str(out)]
+        cmd = [sys.executable, str(BENCH / script), *args, "--json", str(out)]
         env = {**os.environ, "KAFKA_BOOTSTRAP": self.bootstrap, "PYTHONPATH": str(REPO)}
         began = time.monotonic()
         try:
@@ -128,10 +127,6 @@ class Run:
         except subprocess.TimeoutExpired:
             code = f"timed out after {self.timeout_s:.0f} s"
         took = time.monotonic() - began
-        if code == 0 and script == "bench_worker.py":
-            lines = [x for x in log.read_text().splitlines() if x.startswith("{")]
-            if lines:
-                out.write_text(lines[-1])
         if code != 0 or not out.exists():
             tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:])
             why = code if code != 0 else "wrote no figures"
@@ -147,38 +142,19 @@ def load(path: Path | None) -> Any:
 
 
 def publish_backlog(run: Run, events: int) -> str | None:
-    """The router aim's backlog, published once (raw publisher, 200 session topics)."""
-    prefix_file = run.work / "router-backlog.log"
-    cmd = [
-        sys.executable,
-        str(BENCH / "bench_throughput.py"),
-        "--bootstrap",
-        run.bootstrap,
-        "--events",
-        str(events),
-        "--sessions",
-        "200",
-        "--publisher",
-        "raw",
-        "--stages",
-        "raw",
-        "--keep",
-    ]
-    with prefix_file.open("wb") as fh:
-        proc = subprocess.run(
-            cmd,
-            stdout=fh,
-            stderr=subprocess.STDOUT,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            timeout=run.timeout_s,
+    """The router aim's backlog, published once (raw publisher, 200 session topics,
+    kept for the rounds); its topic prefix, or None if publishing failed."""
+    data = load(
+        run.bench(
+            "router-backlog",
+            "bench_throughput.py",
+            [
+                *("--bootstrap", run.bootstrap, "--events", str(events), "--sessions", "200"),
+                *("--publisher", "raw", "--stages", "raw", "--keep"),
+            ],
         )
-    text = prefix_file.read_text(errors="replace")
-    for line in text.splitlines():
-        if line.startswith("prefix ") and proc.returncode == 0:
-            return line.split()[1].rstrip(":,")
-    run.failures.append(f"router backlog: {' '.join(cmd[1:])}: exit {proc.returncode}")
-    print(f"router backlog FAILED; log {prefix_file}:\n{text[-2000:]}", flush=True)
-    return None
+    )
+    return None if data is None else str(data["prefix"])
 
 
 def delete_prefix(bootstrap: str, prefix: str) -> None:
@@ -194,21 +170,21 @@ def delete_prefix(bootstrap: str, prefix: str) -> None:
 def make_figures() -> dict[str, list[Figure]]:
     return {
         "router": [
-            Figure("router", "raw passthrough", "events/s", 0.0, True),
-            Figure("router", "router", "events/s", 0.0, True),
+            Figure("router", "raw passthrough", "events/s", None, True),
+            Figure("router", "router", "events/s", None, True),
             Figure("router", "router / raw, same round", "%", 80.0, True),
-            Figure("router", "router CPU per event", "us", 0.0, False),
+            Figure("router", "router CPU per event", "us", None, False),
         ],
         "worker": [Figure("worker", "one worker", "events/s", 20_000.0, True)],
         "loop": [
             Figure("loop", "broker + router + worker", "us/event", 1_000.0, False),
             Figure("loop", "p99 publish -> delivered", "ms", 100.0, False),
-            Figure("loop", "broker", "us/event", 0.0, False),
-            Figure("loop", "router", "us/event", 0.0, False),
-            Figure("loop", "worker", "us/event", 0.0, False),
-            Figure("loop", "core alone, same sessions", "us/event", 0.0, False),
-            Figure("loop", "SDK publish", "us/event", 0.0, False),
-            Figure("loop", "end to end (SDK..subscriber)", "us/event", 0.0, False),
+            Figure("loop", "broker", "us/event", None, False),
+            Figure("loop", "router", "us/event", None, False),
+            Figure("loop", "worker", "us/event", None, False),
+            Figure("loop", "core alone, same sessions", "us/event", None, False),
+            Figure("loop", "SDK publish", "us/event", None, False),
+            Figure("loop", "end to end (SDK..subscriber)", "us/event", None, False),
         ],
         "replay": [Figure("replay", "replay, 2 processes", "events/s", 50_000.0, True)],
     }
@@ -245,13 +221,14 @@ def round_router(run: Run, k: int, prefix: str | None, figs: list[Figure]) -> No
 
 
 def round_worker(run: Run, k: int, figs: list[Figure]) -> None:
-    data = load(
+    results = load(
         run.bench(
             f"worker-r{k}",
             "bench_worker.py",
             ["--events", "100000", "--sessions", "1000", "--mode", "engine"],
         )
     )
+    data = results[-1] if results else None
     rate = data.get("events_per_s") if data else None
     figs[0].rounds.append(rate)
     if data:
@@ -321,12 +298,15 @@ def print_table(figures: dict[str, list[Figure]], rounds: int) -> None:
     for aim in AIMS:
         for fig in figures.get(aim, []):
             cells = list(fig.rounds) + [None] * (rounds - len(fig.rounds))
-            target = (">= " if fig.higher_is_better else "<= ") + fmt(fig.target, fig.unit)
-            met = {True: "yes", False: "NO", None: "-"}[fig.met] if fig.target else ""
+            target = ""
+            met = ""
+            if fig.target is not None:
+                target = (">= " if fig.higher_is_better else "<= ") + fmt(fig.target, fig.unit)
+                met = {True: "yes", False: "NO", None: "-"}[fig.met]
             print(
                 f"{aim:<7} {fig.label:<28} {fig.unit:<9} "
                 + " ".join(f"{fmt(v, fig.unit):>9}" for v in cells[:rounds])
-                + f" {fmt(fig.best, fig.unit):>9} {target if fig.target else '':>9}  {met}"
+                + f" {fmt(fig.best, fig.unit):>9} {target:>9}  {met}"
             )
 
 

@@ -383,7 +383,20 @@ def main() -> None:
         help="paced mode: sample the worker with py-spy, the GIL holder only (default) "
         "or every thread (wall)",
     )
+    ap.add_argument(
+        "--json",
+        metavar="PATH",
+        help="also write every result printed as a JSON line to PATH, as a JSON list "
+        "(bench_aims.py reads it)",
+    )
     args = ap.parse_args()
+    results: list[dict[str, Any]] = []
+
+    def report(res: dict[str, Any]) -> None:
+        print(json.dumps(res), flush=True)
+        results.append(res)
+        if args.json:
+            Path(args.json).write_text(json.dumps(results, indent=1))
 
     from streams.topics import ensure_worker_topics
 
@@ -403,7 +416,7 @@ def main() -> None:
                     args.py_spy,
                     args.timeout,
                 )
-                print(json.dumps(res), flush=True)
+                report(res)
         return
 
     t0 = time.perf_counter()
@@ -424,7 +437,7 @@ def main() -> None:
         )
         prof = Path(tempfile.mkdtemp()) / f"worker-{mode}.prof" if args.profile else None
         res = run_worker(settings, n, mode, prof, args.timeout)
-        print(json.dumps(res), flush=True)
+        report(res)
         if prof is not None and prof.exists():
             pstats.Stats(str(prof)).sort_stats("cumulative").print_stats(35)
             pstats.Stats(str(prof)).sort_stats("tottime").print_stats(25)

@@ -12,7 +12,10 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from streams.broker import LocalBroker
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -34,7 +37,7 @@ def spawn(args: list[str], log: Path, *, profile: Path | None = None) -> subproc
     )
 
 
-def broker_unless_running(bootstrap: str, name: str) -> Any:
+def broker_unless_running(bootstrap: str, name: str) -> LocalBroker | None:
     """A :class:`~streams.broker.LocalBroker` started on ``bootstrap``'s port in a
     fresh temporary data dir when nothing answers there (the caller stops it), or
     None when a broker already answers (the benches' "use $KAFKA_BOOTSTRAP, or start

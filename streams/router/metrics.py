@@ -8,15 +8,17 @@ messages are held per open batch (:meth:`RouterMetrics.on_accepted`,
 :meth:`RouterMetrics.on_commit`, or dropped (and counted as aborted) by
 :meth:`RouterMetrics.on_abort`.  So the counters equal what read_committed
 readers of ``<prefix>.events`` / ``<prefix>.dlq`` see.  In at-least-once mode
-they are added by :meth:`RouterMetrics.on_offsets_commit`, after the producer
-flush that confirmed their delivery (whether or not the offset commit that
-follows succeeds: the messages are in Kafka either way).
+they are added by :meth:`RouterMetrics.on_flushed`, after the producer flush
+that confirmed their delivery (whether or not the offset commit that follows
+succeeds: the messages are in Kafka either way).
 
 Which families move in which mode (``trajectory_router_guarantee{guarantee=...}``
 is 1 for the running mode): ``transactions``, ``aborted_*`` and
 ``transaction_seconds`` in exactly-once mode; ``offset_commits``,
-``failed_offset_commits`` and ``flush_seconds`` in at-least-once mode;
-``commit_seconds`` in both (the time the router loop is blocked per commit).
+``failed_offset_commits``, ``flush_seconds`` and ``offset_commit_seconds`` in
+at-least-once mode; ``commit_seconds`` in both (the time the router loop is
+blocked per commit: at-least-once, the flush only, as its offset commit is
+asynchronous).
 
 Consumer lag per source partition (high watermark - position) is sampled by
 :meth:`RouterMetrics.maybe_sample` from the router's own loop every
@@ -103,8 +105,8 @@ class RouterMetrics:
         self.commit_seconds = Histogram(
             "trajectory_router_commit_seconds",
             "Wall time the router loop is blocked per commit: send_offsets_to_transaction + "
-            "commit_transaction (exactly-once), or producer flush + offset commit "
-            "(at-least-once)",
+            "commit_transaction (exactly-once), or the producer flush (at-least-once: the "
+            "offset commit that follows is asynchronous)",
             buckets=TXN_BUCKETS,
             registry=r,
         )
@@ -122,7 +124,14 @@ class RouterMetrics:
         self.flush_seconds = Histogram(
             "trajectory_router_flush_seconds",
             "At-least-once: producer flush before an offset commit (waits for the "
-            "in-flight deliveries; part of commit_seconds)",
+            "in-flight deliveries; the loop is blocked meanwhile)",
+            buckets=TXN_BUCKETS,
+            registry=r,
+        )
+        self.offset_commit_seconds = Histogram(
+            "trajectory_router_offset_commit_seconds",
+            "At-least-once: from the flush's start to the answer of the asynchronous "
+            "offset commit that followed it (accepted or refused)",
             buckets=TXN_BUCKETS,
             registry=r,
         )
@@ -176,18 +185,21 @@ class RouterMetrics:
         self.txn_seconds.observe(max(0.0, txn_seconds))
         self.commit_seconds.observe(max(0.0, commit_seconds))
 
-    def on_offsets_commit(
-        self, flush_seconds: float, commit_seconds: float, *, ok: bool = True
-    ) -> None:
+    def on_flushed(self, flush_seconds: float) -> None:
         """At-least-once: a flush confirmed delivery of the batch's messages (they
-        count now), then the offset commit succeeded (``ok``) or was refused."""
+        count now); the loop was blocked for ``flush_seconds``."""
         self._count_pending()
+        self.flush_seconds.observe(max(0.0, flush_seconds))
+        self.commit_seconds.observe(max(0.0, flush_seconds))
+
+    def on_offsets_commit(self, seconds: float, *, ok: bool = True) -> None:
+        """At-least-once: the answer to an asynchronous offset commit came back,
+        ``seconds`` after its flush began: accepted (``ok``) or refused."""
         if ok:
             self.offset_commits.inc()
         else:
             self.failed_offset_commits.inc()
-        self.flush_seconds.observe(max(0.0, flush_seconds))
-        self.commit_seconds.observe(max(0.0, commit_seconds))
+        self.offset_commit_seconds.observe(max(0.0, seconds))
 
     def on_abort(self, messages: int) -> None:
         """The open transaction was aborted: its messages will be consumed again."""

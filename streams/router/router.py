@@ -65,8 +65,14 @@ message is produced as soon as it is consumed (nothing waits for a batch window)
 and is visible to readers once the broker has it.  Every ``batch_max_ms`` /
 ``batch_max_messages``, on partition revoke, before a metadata refresh and on a
 clean stop, the router *flushes* the producer (every record produced so far is
-acknowledged) and only then commits the consumed positions synchronously, so a
-committed offset never passes an undelivered message:
+acknowledged) and only then commits the consumed positions, so a committed offset
+never passes an undelivered message.  The commit is *asynchronous*: its answer comes
+back through the consumer's ``on_commit`` callback while the loop goes on
+(:meth:`Router._on_offsets_answer`).  Never a synchronous commit, and never one in a
+helper thread: since confluent-kafka 2.16 a ``Consumer`` serializes calls across
+threads, so a commit hanging in a helper thread (as one does for minutes after a
+broker restart) held up every later ``consume`` of the loop as well
+(docs/kafka-notes.md "confluent-kafka 2.16 serializes a consumer's calls"):
 
 * a crash (even SIGKILL) loses nothing: the restarted router resumes from the
   last committed offsets and routes again what it had delivered since (one commit
@@ -76,9 +82,10 @@ committed offset never passes an undelivered message:
 * a delivery error, a flush that does not finish within ``FLUSH_TIMEOUT_S`` or a
   fatal producer error stops the router (:class:`DeliveryError`) without
   committing: a restart re-reads from the last committed offset;
-* an offset commit the broker refuses (e.g. during a rebalance), or that has not
-  returned after ``OFFSET_COMMIT_WAIT_S``, is logged and counted; the next commit
-  covers it (``max_consecutive_aborts`` refusals in a row stop the router);
+* an offset commit the broker refuses (e.g. during a rebalance, or timed out while
+  the coordinator is away) is logged and counted, and its offsets go back to the
+  uncommitted ones of partitions still held: the next commit covers them
+  (``max_consecutive_aborts`` refusals in a row stop the router);
 * at start it runs ``init_transactions`` once with the instance's transactional
   id, so a transaction left open by an exactly-once predecessor is aborted now
   instead of holding back read_committed readers until it times out.
@@ -91,6 +98,8 @@ import logging
 import sys
 import threading
 import time
+import weakref
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -168,14 +177,10 @@ WEDGED_S = 15.0
 #: answered and then never sends the ``TxnOffsetCommit``, although the broker is
 #: back; with 15 s here the router routed nothing for 17-22 s after the restart.
 TXN_CALL_WEDGED_S = 3 * CALL_TIMEOUT_S
-#: At-least-once: stop waiting for an offset commit after this long (confluent-kafka's
-#: synchronous ``Consumer.commit`` takes no timeout; a router sat in it for tens of
-#: seconds during rebalance storms on an overloaded machine).  It then counts as a
-#: refused commit (the next one covers its offsets; ``max_consecutive_aborts`` in a
-#: row stop the router).  The given-up request may still land later, after a newer
-#: commit: that moves the group's offset back, which a restart turns into
-#: duplicates, never a loss (every offset it names was delivered).
-OFFSET_COMMIT_WAIT_S = 10.0
+#: At-least-once: a periodic offset commit waits while an earlier one awaits its
+#: answer (see :meth:`Router._commit_offsets`), but not behind one unanswered after
+#: this long (librdkafka always answers, by a timeout at worst: a safety net).
+OFFSET_COMMIT_ANSWER_S = 30.0
 #: A consumer that the group fenced (``FENCED_INSTANCE_ID``: seen after a broker
 #: restart, when a JoinGroup retried during the outage registered this very
 #: instance twice) is replaced by a new one at most this many times; more means
@@ -596,6 +601,19 @@ class Router:
         #: consumer.position() over every assigned partition).  Exactly-once: emptied
         #: by an abort (the rewind re-reads those messages).
         self._uncommitted: dict[tuple[str, int], int] = {}
+        #: At-least-once: offsets sent in asynchronous commits whose answer has not
+        #: come back yet (the highest per partition), and when each such commit was
+        #: sent, oldest first (librdkafka answers a consumer's commits in order).  A
+        #: refused one's offsets go back to ``_uncommitted`` unless a newer offset of
+        #: the partition is sent or uncommitted already (:meth:`_on_offsets_answer`).
+        self._sent: dict[tuple[str, int], int] = {}
+        self._sent_at: deque[tuple[float, float]] = deque()
+        self._offsets_retry_at = 0.0
+        #: Answers from an older consumer than this one are ignored (a replaced
+        #: consumer answers its last commits while it closes).
+        self._consumer_gen = 0
+        #: Set by a commit answer (a callback inside consume()); raised by the loop.
+        self._commit_failure: DeliveryError | None = None
         #: Exactly-once: offset of the first message handled per source partition
         #: since that partition's last committed transaction: where an abort seeks
         #: it back to (_seek_back).  Partitions not in it have not moved since.  No
@@ -732,7 +750,7 @@ class Router:
         else:
             self._abort_leftover_transaction(instance_id)
             self._producer = Producer(producer_conf)
-        self._consumer = Consumer(consumer_conf)
+        self._consumer = self._new_consumer()
         if self._admin is None:  # (kept across consumer restarts; a test may set one)
             self._admin = AdminProcess(
                 self.admin_config(),
@@ -1018,8 +1036,12 @@ class Router:
                 self._note_abandoned(exc)
             # After a fatal producer error the open transaction is left to the broker:
             # it is aborted when this transactional id restarts (or on timeout).
-            self._consumer.close()  # on_revoke runs here; nothing is open any more
+            # on_revoke runs here (nothing is open any more), and the answers of the
+            # offset commits still in flight: librdkafka waits for them
+            self._consumer.close()
             self._consumer = None
+            if self._commit_failure is not None:
+                log.error("at the stop: %s", self._commit_failure)
         if self._producer is not None:
             if not self._producer_dead and not self._abandoned:
                 # (a fenced producer cannot deliver anything)
@@ -1165,6 +1187,21 @@ class Router:
         if outcome and outcome[0] is not None:
             raise outcome[0]
 
+    def _new_consumer(self) -> Consumer:
+        """A consumer whose ``on_commit`` answers are told apart from its
+        predecessors' (held weakly, as :func:`weak_method`: no router <-> client
+        cycle)."""
+        self._consumer_gen += 1
+        gen = self._consumer_gen
+        ref = weakref.WeakMethod(self._on_offsets_answer)
+
+        def on_commit(err: KafkaError | None, partitions: list[TopicPartition]) -> None:
+            answer = ref()
+            if answer is not None:
+                answer(gen, err, partitions)
+
+        return Consumer({**self._consumer_conf, "on_commit": on_commit})
+
     def _restart_consumer(self, why: str, reason: str) -> None:
         """Replace a consumer that hit a fatal error, or that the group no longer
         counts as itself (:meth:`_check_discovery`); see :data:`MAX_CONSUMER_RESTARTS`.
@@ -1201,6 +1238,8 @@ class Router:
         self._assigned.clear()
         self._assigned_topics.clear()
         self._uncommitted.clear()
+        self._sent.clear()  # (the old consumer's answers are ignored from now on)
+        self._sent_at.clear()
         self._paused.clear()  # the new consumer starts with nothing paused
         self._rewind_due = False  # the new consumer starts from the committed offsets
         self._first.clear()
@@ -1215,7 +1254,7 @@ class Router:
                 log.debug("closing the replaced consumer: %s", exc)
             except _Wedged as exc:
                 log.warning("%s: left behind in a helper thread", exc)
-        self._consumer = Consumer(self._consumer_conf)
+        self._consumer = self._new_consumer()
         self._subscribe()
         # The new consumer must join first (it takes over this instance's member, so
         # the group shows that "ghost" owning our topics until then): its first
@@ -1394,7 +1433,17 @@ class Router:
             if self._background:
                 self._start_commit()
             else:
-                self._commit()
+                self._commit(periodic=True)
+        elif (
+            self._uncommitted
+            and not self._exactly_once
+            and not self._in_txn
+            and not self._sent_at
+            and time.monotonic() >= self._offsets_retry_at
+        ):
+            # at-least-once: offsets held back while another commit was in flight,
+            # or refused, and no batch since to carry them
+            self._commit_offsets(periodic=True)
         if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
             # Commit the open batch first: the refresh triggers a rejoin, and
             # offsets sent during it fail with ILLEGAL_GENERATION (exactly-once:
@@ -1414,6 +1463,9 @@ class Router:
             self._check_stall(consumer)
         if self._consumer_fenced is not None:
             raise _ConsumerFenced(self._consumer_fenced)
+        if self._commit_failure is not None:
+            self._failed = True
+            raise self._commit_failure
         return True
 
     def stats(self) -> RouterStats:
@@ -1674,18 +1726,20 @@ class Router:
     # -- commits -----------------------------------------------------------
     @property
     def _uncommitted_batch(self) -> bool:
-        """A batch is open or still committing in the background."""
-        return self._in_txn or self._inflight is not None
+        """A batch is open or still committing in the background (at-least-once: or
+        offsets of a delivered batch are not sent yet)."""
+        return self._in_txn or self._inflight is not None or bool(self._uncommitted)
 
-    def _commit(self) -> None:
+    def _commit(self, *, periodic: bool = False) -> None:
         """Commit the open batch and wait for it: its transaction (after the one in
-        the background, if any), or (at-least-once) its offsets."""
+        the background, if any), or (at-least-once) its offsets, sent
+        (``periodic``: unless another commit awaits its answer)."""
         if self._exactly_once:
             self._settle()
             if self._in_txn:
                 self._commit_transaction()
         else:
-            self._commit_offsets()
+            self._commit_offsets(periodic=periodic)
 
     def _batch_done(self) -> None:
         self._in_txn = False
@@ -1808,11 +1862,21 @@ class Router:
             "stall",
         )
 
-    def _commit_offsets(self) -> None:
-        """At-least-once: flush (every produced record acknowledged), then commit
-        synchronously the next offsets of the partitions that moved.  Every message
-        below them was handled (produced) before this call, and nothing is handled
-        during it (the revoke callback runs inside consume(), between batches)."""
+    def _commit_offsets(self, *, periodic: bool = False) -> None:
+        """At-least-once: flush (every produced record acknowledged), then send the
+        next offsets of the partitions that moved in an asynchronous commit
+        (``periodic``: not while another awaits its answer; the next takes them).  Every
+        message below them was handled (produced) before this call, and nothing is
+        handled during it (the revoke callback runs inside consume(), between
+        batches).  The answer comes later, inside consume() (or close()), to
+        :meth:`_on_offsets_answer`; in a revoke, librdkafka hands the partitions on
+        only once the commits it has in flight are answered.
+
+        Why not synchronous: ``Consumer.commit(asynchronous=False)`` takes no timeout
+        (after a broker restart one hung for minutes), and since confluent-kafka 2.16
+        a call from another thread waits for it to return, so it cannot be bounded
+        from a helper thread either: the loop's next ``consume`` waited as long.
+        """
         consumer, producer = self._consumer, self._producer
         assert consumer is not None and producer is not None
         t0 = time.monotonic()
@@ -1822,52 +1886,93 @@ class Router:
         finally:
             self._commit_s += time.monotonic() - t0
         t_flushed = time.monotonic()
-        refused: str | None = None
-        if positions:
-            try:
-                # bounded (OFFSET_COMMIT_WAIT_S): the call itself takes no timeout
-                self._bounded(
-                    "offset commit",
-                    lambda _t: consumer.commit(offsets=positions, asynchronous=False),
-                    limit=OFFSET_COMMIT_WAIT_S,
-                )
-            except KafkaException as exc:
-                kerr = exc.args[0]
-                if kerr.code() in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FATAL):
-                    # The group replaced this consumer (seen after every broker
-                    # restart: a JoinGroup retried during the outage took this
-                    # instance id).  The consumer is dead now: replace it at the end
-                    # of this step, whether or not its fatal error is ever consumed.
-                    self._consumer_fenced = f"offset commit: {kerr}"
-                elif kerr.fatal():
-                    self._failed = True
-                    raise DeliveryError.from_kafka(
-                        f"offset commit failed fatally: {kerr}", kerr, retriable=False
-                    ) from exc
-                refused = str(kerr)
-            except _Wedged as exc:
-                refused = f"{exc}; given up (a rebalance storm or an overloaded broker?)"
-        done = time.monotonic()
-        self._commit_s += done - t_flushed
         if self.metrics is not None:
-            self.metrics.on_offsets_commit(t_flushed - t0, done - t0, ok=refused is None)
-        self._batch_done()  # delivered, whether or not the commit went through
-        if refused is None:
-            self._uncommitted.clear()
+            self.metrics.on_flushed(t_flushed - t0)
+        if self._in_txn:
+            self._batch_done()  # delivered, whether or not the commit goes through
+        if not positions:
+            return
+        if periodic and self._sent_at and t_flushed - self._sent_at[0][1] < OFFSET_COMMIT_ANSWER_S:
+            # One periodic commit in flight at a time: the next one takes these
+            # offsets too.  librdkafka holds a rebalance's next step (the rejoin
+            # after an incremental revoke) until no commit of this consumer is in
+            # flight; one sent every batch while answers took longer than a batch
+            # kept it held: the group sat in PreparingRebalance and refused every
+            # commit with ILLEGAL_GENERATION (seen in test_router_faults.py's
+            # scale-out test, at-least-once).
+            return
+        self._uncommitted.clear()
+        for tp in positions:
+            self._sent[(tp.topic, tp.partition)] = tp.offset
+        self._sent_at.append((t0, t_flushed))
+        try:
+            consumer.commit(offsets=positions, asynchronous=True)
+        except KafkaException as exc:  # refused before it was sent
+            self._on_offsets_answer(self._consumer_gen, exc.args[0], positions)
+
+    def _on_offsets_answer(
+        self, gen: int, err: KafkaError | None, partitions: list[TopicPartition]
+    ) -> None:
+        """The answer to an asynchronous offset commit (``on_commit``: called inside
+        consume() or close(), in the loop's thread).
+
+        Refused offsets of partitions still held go back to ``_uncommitted`` (unless
+        a newer offset of the partition is sent or waiting already), so the next
+        commit covers them; a partition no longer held is its next owner's (it
+        re-reads from the last committed offset: duplicates, never a loss).  A
+        fencing replaces the consumer and too many refusals in a row stop the router,
+        both from the loop (:meth:`_step`), never from inside this callback.
+        """
+        if gen != self._consumer_gen:
+            log.debug("ignored: an offset commit answer of a replaced consumer (%s)", err)
+            return
+        now = time.monotonic()
+        t0, t_sent = self._sent_at.popleft() if self._sent_at else (now, now)
+        # what is left (held back meanwhile, or refused now) goes with the next batch
+        # or, without one, after a batch window (_step)
+        self._offsets_retry_at = now + self.config.batch_max_ms / 1000.0
+        cause = err
+        for tp in partitions:
+            key = (tp.topic, tp.partition)
+            failed = err is not None or tp.error is not None
+            if cause is None and tp.error is not None:
+                cause = tp.error
+            sent = self._sent.get(key)
+            if sent == tp.offset:
+                del self._sent[key]
+            if (
+                failed
+                and (sent is None or sent <= tp.offset)
+                and key not in self._uncommitted
+                and TopicPartition(tp.topic, tp.partition) in self._assigned
+            ):
+                self._uncommitted[key] = tp.offset
+        self._commit_s += now - t_sent
+        if self.metrics is not None:
+            self.metrics.on_offsets_commit(now - t0, ok=cause is None)
+        if cause is None:
             self._offset_commits += 1
             self._consecutive_aborts = 0
             return
-        # Refused (e.g. REBALANCE_IN_PROGRESS, ILLEGAL_GENERATION during a rejoin):
-        # the offsets stay at the previous commit, the next commit covers these
-        # messages (or their partition's next owner routes them again): no loss.
         self._failed_commits += 1
         self._consecutive_aborts += 1
-        log.warning("offset commit refused (%s); the next commit covers it", refused)
+        if cause.code() in (KafkaError.FENCED_INSTANCE_ID, KafkaError._FATAL):
+            # The group replaced this consumer (seen after every broker restart: a
+            # JoinGroup retried during the outage took this instance id).  The
+            # consumer is dead now: the loop replaces it at the end of this step,
+            # whether or not its fatal error is ever consumed.
+            self._consumer_fenced = f"offset commit: {cause}"
+            return
+        if cause.fatal():
+            self._commit_failure = DeliveryError.from_kafka(
+                f"offset commit failed fatally: {cause}", cause, retriable=False
+            )
+            return
+        log.warning("offset commit refused (%s); the next commit covers it", cause)
         if self._consecutive_aborts >= self.config.max_consecutive_aborts:
-            self._failed = True
-            raise DeliveryError(
+            self._commit_failure = DeliveryError(
                 f"{self._consecutive_aborts} offset commits in a row were refused (last: "
-                f"{refused}); stopping rather than retrying forever"
+                f"{cause}); stopping rather than retrying forever"
             )
 
     def _flush_all(self, producer: Producer) -> None:

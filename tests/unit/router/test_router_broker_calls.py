@@ -187,18 +187,21 @@ def test_an_abort_seeks_back_to_the_first_uncommitted_message_without_a_lookup()
     assert consumer.resumed == [("t.session.a", 0)] and router._paused == {}
 
 
-class _BlockingCommitConsumer:
-    """Stands in for the consumer: a synchronous offset commit that hangs (as during a
-    rebalance storm) until ``release`` is set; records what it was asked to commit."""
+class _AsyncCommitConsumer:
+    """Stands in for the consumer: records every offset commit, the thread that made
+    it and whether it was asynchronous; returns at once, as librdkafka's does."""
 
     def __init__(self) -> None:
-        self.release = threading.Event()
-        self.asked: list[list[tuple[str, int, int]]] = []
+        self.asked: list[tuple[list[tuple[str, int, int]], bool, str]] = []
 
-    def commit(self, *, offsets: list[object], asynchronous: bool) -> None:
-        assert asynchronous is False
-        self.asked.append([(tp.topic, tp.partition, tp.offset) for tp in offsets])  # type: ignore[attr-defined]
-        self.release.wait(30)
+    def commit(self, *, offsets: list[TopicPartition], asynchronous: bool) -> None:
+        self.asked.append(
+            (
+                [(tp.topic, tp.partition, tp.offset) for tp in offsets],
+                asynchronous,
+                threading.current_thread().name,
+            )
+        )
 
 
 class _DeliveredProducer:
@@ -206,43 +209,112 @@ class _DeliveredProducer:
         return 0  # everything delivered
 
 
-def test_an_at_least_once_offset_commit_that_does_not_return_is_given_up(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """Issue #12 item 1.3: ``Consumer.commit(asynchronous=False)`` takes no timeout;
-    the router used to sit in it as long as it hung.  Now it gives up after
-    OFFSET_COMMIT_WAIT_S, counts a refused commit and keeps the offsets for the next
-    commit (nothing lost, nothing marked committed that was not)."""
+def _alos_router() -> tuple[Router, _AsyncCommitConsumer]:
     from streams.router import RouterConfig
 
-    monkeypatch.setattr(router_mod, "OFFSET_COMMIT_WAIT_S", 0.3)
     router = Router(
         Settings(bootstrap="127.0.0.1:1", prefix="t"),
-        RouterConfig(guarantee="at-least-once", status_interval_s=0),
+        RouterConfig(guarantee="at-least-once", status_interval_s=0, max_consecutive_aborts=3),
     )
-    consumer = _BlockingCommitConsumer()
+    consumer = _AsyncCommitConsumer()
     router._consumer = consumer  # type: ignore[assignment]
     router._producer = _DeliveredProducer()  # type: ignore[assignment]
+    router._assigned = {TopicPartition("t.session.a", 0), TopicPartition("t.session.b", 0)}
+    return router, consumer
+
+
+def _tp(topic: str, offset: int) -> TopicPartition:
+    return TopicPartition(topic, 0, offset)
+
+
+def test_an_at_least_once_offset_commit_is_asynchronous_and_made_in_the_loops_thread() -> None:
+    """Fails with the synchronous commit in a helper thread it replaces: since
+    confluent-kafka 2.16 a Consumer serializes calls across threads, so a commit
+    hanging in the helper (minutes, after a broker restart) held the loop's next
+    consume() as long, and one made from inside a rebalance callback could not start
+    before the callback returned (every revoke waited out the 10 s bound)."""
+    router, consumer = _alos_router()
     router._in_txn = True
     router._uncommitted = {("t.session.a", 0): 5}
-    done = threading.Event()
-
-    def commit() -> None:
-        router._commit_offsets()
-        done.set()
-
-    caller = threading.Thread(target=commit, daemon=True)
-    caller.start()
-    try:
-        assert done.wait(5.0), "the offset commit was waited for as long as it hung"
-    finally:
-        consumer.release.set()
-    caller.join(5.0)
-    assert consumer.asked == [[("t.session.a", 0, 5)]]
-    stats = router.stats()
-    assert stats.failed_commits == 1 and stats.offset_commits == 0
-    assert router._uncommitted == {("t.session.a", 0): 5}  # the next commit covers it
+    router._commit_offsets()
+    assert consumer.asked == [([("t.session.a", 0, 5)], True, threading.current_thread().name)]
+    assert router._uncommitted == {} and router._sent == {("t.session.a", 0): 5}
     assert not router._in_txn  # the batch was delivered: it is done
+    assert router.stats().offset_commits == 0  # not before its answer
+    router._on_offsets_answer(router._consumer_gen, None, [_tp("t.session.a", 5)])
+    assert router.stats().offset_commits == 1 and router._sent == {}
+
+
+def test_a_refused_offset_commit_goes_back_to_the_uncommitted_offsets() -> None:
+    """Refused: the next commit covers the offsets, unless a newer offset of the
+    partition is waiting or sent already, or the partition is no longer held."""
+    router, _ = _alos_router()
+    router._in_txn = True
+    router._uncommitted = {("t.session.a", 0): 5, ("t.session.b", 0): 3, ("t.session.c", 0): 1}
+    router._commit_offsets()
+    router._uncommitted = {("t.session.b", 0): 4}  # b moved on meanwhile
+    refused = KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rejoining")
+    router._on_offsets_answer(
+        router._consumer_gen,
+        refused,
+        [_tp("t.session.a", 5), _tp("t.session.b", 3), _tp("t.session.c", 1)],
+    )
+    # c is not held any more: its next owner re-reads from the last committed offset
+    assert router._uncommitted == {("t.session.a", 0): 5, ("t.session.b", 0): 4}
+    assert router.stats().failed_commits == 1 and router._sent == {}
+    assert router._commit_failure is None and router._consumer_fenced is None
+
+
+def test_one_periodic_offset_commit_in_flight_at_a_time() -> None:
+    """Fails with a commit sent every batch: librdkafka holds a cooperative
+    rebalance's rejoin while a commit of the consumer is in flight, and commits sent
+    faster than they were answered kept it held (the group refused every commit with
+    ILLEGAL_GENERATION until the router gave up).  A revoke's commit is not held."""
+    router, consumer = _alos_router()
+    router._in_txn = True
+    router._uncommitted = {("t.session.a", 0): 5}
+    router._commit_offsets()
+    router._in_txn = True
+    router._uncommitted = {("t.session.a", 0): 9, ("t.session.b", 0): 2}
+    router._commit_offsets(periodic=True)  # held: 5 awaits its answer
+    assert [offsets for offsets, _, _ in consumer.asked] == [[("t.session.a", 0, 5)]]
+    assert router._uncommitted == {("t.session.a", 0): 9, ("t.session.b", 0): 2}
+    assert not router._in_txn  # (delivered all the same)
+    # refused: 9, waiting, covers 5
+    router._on_offsets_answer(
+        router._consumer_gen, KafkaError(KafkaError._TIMED_OUT), [_tp("t.session.a", 5)]
+    )
+    assert router._uncommitted == {("t.session.a", 0): 9, ("t.session.b", 0): 2}
+    assert router._sent == {}
+    router._commit_offsets(periodic=True)  # answered: the next commit goes
+    assert consumer.asked[-1][0] == [("t.session.a", 0, 9), ("t.session.b", 0, 2)]
+    router._uncommitted = {("t.session.b", 0): 3}
+    router._commit_offsets()  # (on_revoke, a stop): sent although 9 awaits its answer
+    assert consumer.asked[-1][0] == [("t.session.b", 0, 3)]
+    assert router._sent == {("t.session.a", 0): 9, ("t.session.b", 0): 3}
+
+
+def test_answers_of_a_replaced_consumer_are_ignored() -> None:
+    router, _ = _alos_router()
+    router._on_offsets_answer(
+        router._consumer_gen - 1, KafkaError(KafkaError._TIMED_OUT), [_tp("t.session.a", 5)]
+    )
+    assert router._uncommitted == {} and router.stats().failed_commits == 0
+
+
+def test_a_fenced_or_repeatedly_refused_offset_commit_is_raised_by_the_loop_not_the_callback() -> (
+    None
+):
+    router, _ = _alos_router()
+    fenced = KafkaError(KafkaError.FENCED_INSTANCE_ID, "fenced (test)")
+    router._on_offsets_answer(router._consumer_gen, fenced, [_tp("t.session.a", 5)])
+    assert router._consumer_fenced is not None and "fenced" in router._consumer_fenced
+    router._consumer_fenced = None
+    refused = KafkaError(KafkaError.ILLEGAL_GENERATION, "fenced generation")
+    for _ in range(2):
+        router._on_offsets_answer(router._consumer_gen, refused, [_tp("t.session.a", 5)])
+    assert router._commit_failure is not None
+    assert "3 offset commits in a row were refused" in str(router._commit_failure)
 
 
 def test_a_refusal_names_the_generation_and_member_its_offsets_were_sent_with() -> None:

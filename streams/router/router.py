@@ -181,6 +181,9 @@ TXN_CALL_WEDGED_S = 3 * CALL_TIMEOUT_S
 #: answer (see :meth:`Router._commit_offsets`), but not behind one unanswered after
 #: this long (librdkafka always answers, by a timeout at worst: a safety net).
 OFFSET_COMMIT_ANSWER_S = 30.0
+#: At-least-once: refused offsets with no new batch to carry them are sent again
+#: after this long at the soonest.
+REFUSED_RETRY_S = 1.0
 #: A consumer that the group fenced (``FENCED_INSTANCE_ID``: seen after a broker
 #: restart, when a JoinGroup retried during the outage registered this very
 #: instance twice) is replaced by a new one at most this many times; more means
@@ -1928,9 +1931,13 @@ class Router:
             return
         now = time.monotonic()
         t0, t_sent = self._sent_at.popleft() if self._sent_at else (now, now)
-        # what is left (held back meanwhile, or refused now) goes with the next batch
-        # or, without one, after a batch window (_step)
-        self._offsets_retry_at = now + self.config.batch_max_ms / 1000.0
+        # What is left (held back meanwhile, or refused now) goes with the next batch
+        # or, without one, after a batch window (_step); after a refusal not sooner
+        # than REFUSED_RETRY_S (a commit the coordinator cannot take yet would be
+        # refused again at once, and refusals in a row stop the router).
+        window = self.config.batch_max_ms / 1000.0
+        failed = err is not None or any(tp.error is not None for tp in partitions)
+        self._offsets_retry_at = now + (max(window, REFUSED_RETRY_S) if failed else window)
         cause = err
         for tp in partitions:
             key = (tp.topic, tp.partition)

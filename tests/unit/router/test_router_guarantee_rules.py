@@ -497,12 +497,15 @@ def test_at_least_once_commits_only_the_partitions_that_moved(world: World) -> N
     assert commits(world) == [{"p.session.a": 2, "p.session.b": 1}, {"p.session.a": 3}]
 
 
-def test_at_least_once_refused_commit_is_retried_by_the_next_one(world: World) -> None:
+def test_at_least_once_refused_commit_is_retried_by_the_next_one(
+    world: World, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(router_mod, "REFUSED_RETRY_S", 0.005)
     world.queue = events(2) + events(1, sid="b")
     world.commit_error = KafkaError(KafkaError.REBALANCE_IN_PROGRESS, "rejoining")
     r = make_router(guarantee="at-least-once", batch_max_ms=1, max_consecutive_aborts=1000)
     r.start()
-    r.run(max_seconds=0.05)  # (retried each batch window, with no new batch)
+    r.run(max_seconds=0.1)  # (retried after REFUSED_RETRY_S, with no new batch)
     assert r.stats().routed == 3 and r.stats().failed_commits >= 2
     assert r.stats().offset_commits == 0 and commits(world) == []
     world.commit_error = None

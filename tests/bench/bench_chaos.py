@@ -46,6 +46,11 @@ def main(argv: list[str] | None = None) -> int:
         metavar="CLASS",
         help="leave an input class out (diagnosis only; repeatable), e.g. deep_nesting",
     )
+    parser.add_argument(
+        "--guarantee",
+        choices=("exactly-once", "at-least-once"),
+        help="the router's --guarantee (default exactly-once, the router's default)",
+    )
     parser.add_argument("--workdir", help="keep logs and data here (default: a temp dir)")
     args = parser.parse_args(argv)
     changes = {
@@ -56,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             "rate": args.rate,
             "malformed": args.malformed,
             "seed": args.seed,
+            "guarantee": args.guarantee,
         }.items()
         if v is not None
     }

@@ -99,8 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     broker.start()
     settings = Settings(bootstrap=broker.bootstrap, prefix=PREFIX, events_partitions=PARTITIONS)
     ensure_worker_topics(settings)
-    router_args = router_command(broker.bootstrap)
-    router_args += ["--guarantee", args.guarantee, *args.router_args.split()]
+    router_args = router_command(broker.bootstrap, args.guarantee)
+    router_args += args.router_args.split()
     if args.client_debug:
         router_args += ["--client-debug", args.client_debug]
     router_log = workdir / "router.log"

@@ -84,6 +84,9 @@ class ChaosConfig:
     compare_live_timeout_s: float = 240.0
     #: input classes left out (diagnosis only: see chaos_inputs.class_counts)
     exclude: tuple[str, ...] = ()
+    #: the router's --guarantee (at-least-once: dead letters and events may repeat
+    #: after a kill; the outcomes allow identical repeats either way)
+    guarantee: str = "exactly-once"
 
     @classmethod
     def full(cls, **changes: Any) -> ChaosConfig:
@@ -579,7 +582,7 @@ def _read_topic(bootstrap: str, topic: str, committed: bool = True) -> list[Any]
 # the run
 
 
-def router_command(bootstrap: str) -> list[str]:
+def router_command(bootstrap: str, guarantee: str = "exactly-once") -> list[str]:
     """``python -m`` arguments of the router the chaos runs start (and restart)."""
     return [
         "streams.commands.router",
@@ -591,6 +594,8 @@ def router_command(bootstrap: str) -> list[str]:
         str(PARTITIONS),
         "--status-every",
         "0",
+        "--guarantee",
+        guarantee,
     ]
 
 
@@ -617,7 +622,7 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     ensure_worker_topics(settings)
     log(f"chaos: broker at {broker.bootstrap}, workdir {workdir}")
 
-    router = Proc("router", router_command(broker.bootstrap), workdir / "router.log")
+    router = Proc("router", router_command(broker.bootstrap, cfg.guarantee), workdir / "router.log")
     worker = Proc(
         "worker",
         [
@@ -1024,6 +1029,10 @@ def _outputs(result: ChaosResult, settings: Any) -> None:
 # figures
 
 
+def _secs(value: float | None) -> str:
+    return "none" if value is None else f"{value:.1f}s"
+
+
 def format_figures(r: ChaosResult) -> str:
     """The figures table (plain text, one figure a line)."""
     cfg = r.config
@@ -1044,7 +1053,8 @@ def format_figures(r: ChaosResult) -> str:
         f"chaos run: seed {cfg.seed}, {cfg.kills} kills, {cfg.sessions} concurrent sessions x "
         f"{cfg.events_per_session} events, {cfg.rate:.0f} events/s, {cfg.malformed} malformed "
         f"inputs, --max-sessions-in-memory {cfg.max_sessions_in_memory}, "
-        f"broker restart {'yes' if cfg.broker_restart else 'no'}; took {r.duration_s:.0f}s",
+        f"broker restart {'yes' if cfg.broker_restart else 'no'}, router {cfg.guarantee}; "
+        f"took {r.duration_s:.0f}s",
         "",
         f"{'valid events published':<44} {r.valid_published} in {r.sessions} sessions",
         f"{'publish/inject errors':<44} {len(r.publish_failures)}",
@@ -1064,7 +1074,7 @@ def format_figures(r: ChaosResult) -> str:
         + (f"max {got[-1]:.1f}s" if got else "n/a")
         + f", {sum(1 for x in recs if x is None)} not recovered",
         f"{'broker down / router, worker recovery':<44} {r.broker_down_s}s / "
-        f"{r.router_recovery_after_broker_s}s, {r.worker_recovery_after_broker_s}s",
+        f"{_secs(r.router_recovery_after_broker_s)}, {_secs(r.worker_recovery_after_broker_s)}",
         f"{'unexpected process exits':<44} {len(r.unexpected_exits)}",
         f"{'processes up at the end':<44} "
         + ", ".join(f"{k} {'up' if v else 'DOWN'}" for k, v in r.processes_up_at_end.items()),

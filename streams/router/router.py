@@ -1936,19 +1936,19 @@ class Router:
         # than REFUSED_RETRY_S (a commit the coordinator cannot take yet would be
         # refused again at once, and refusals in a row stop the router).
         window = self.config.batch_max_ms / 1000.0
-        failed = err is not None or any(tp.error is not None for tp in partitions)
-        self._offsets_retry_at = now + (max(window, REFUSED_RETRY_S) if failed else window)
+        any_refused = err is not None or any(tp.error is not None for tp in partitions)
+        self._offsets_retry_at = now + (max(window, REFUSED_RETRY_S) if any_refused else window)
         cause = err
         for tp in partitions:
             key = (tp.topic, tp.partition)
-            failed = err is not None or tp.error is not None
+            refused = err is not None or tp.error is not None
             if cause is None and tp.error is not None:
                 cause = tp.error
             sent = self._sent.get(key)
             if sent == tp.offset:
                 del self._sent[key]
             if (
-                failed
+                refused
                 and (sent is None or sent <= tp.offset)
                 and key not in self._uncommitted
                 and TopicPartition(tp.topic, tp.partition) in self._assigned

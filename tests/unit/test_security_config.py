@@ -131,6 +131,19 @@ def test_errors_are_explained_with_the_setting_to_fix() -> None:
     acl = explain_kafka_error(_Err("TOPIC_AUTHORIZATION_FAILED", "denied"), sec)
     assert acl is not None and "trajectory acl" in acl
     assert explain_kafka_error(_Err("_TRANSPORT", "Connection refused"), sec) is None
+    # a handshake whose connection went away (seen from a consumer's close() in a
+    # loaded CI run) is not a refusal; a mechanism the broker refuses is
+    cut = (
+        "GroupCoordinator: SASL SCRAM-SHA-512 mechanism handshake failed: Local: Broker "
+        "transport failure: broker's supported mechanisms: (n/a) (after 0ms in state DOWN)"
+    )
+    assert explain_kafka_error(_Err("_AUTHENTICATION", cut), sec) is None
+    refused = (
+        "SASL SCRAM-SHA-512 mechanism handshake failed: Broker: Unsupported SASL mechanism: "
+        "broker's supported mechanisms: PLAIN"
+    )
+    mech = explain_kafka_error(_Err("_AUTHENTICATION", refused), sec)
+    assert mech is not None and "--sasl-mechanism" in mech
 
 
 def test_tenant_prefixes_never_match_another_tenant() -> None:

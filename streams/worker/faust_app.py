@@ -918,7 +918,13 @@ class StateFlusher:
             else:  # memory store: a dict of raw keys (what changelog recovery writes)
                 store.data[w.key] = w.value
             batches.add(table, w.partition, w.key, w.value)
-        for db, batch in rocks.values():
+        # The engines' batches last: a worker killed between two of these writes must
+        # not leave a session's engine ahead of its counters (see
+        # EventProcessor.take_engines, which puts the counters first for the same
+        # reason); a batch is keyed by its first value, which can be an engine.
+        engines = self.tables.get("engines")
+        engines_store = None if engines is None else id(engines.data)
+        for _, (db, batch) in sorted(rocks.items(), key=lambda item: item[0][0] == engines_store):
             db.write(batch)
 
     def _count(self, batches: _ChangelogBatches) -> None:

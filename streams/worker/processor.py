@@ -779,6 +779,21 @@ class EventProcessor:
                 continue
             self._engine_first.pop(sid, None)
             self._new_engines.discard(sid)
+            # The counters before the engine: values are written in this order, and a
+            # worker killed between the two must not leave the engine ahead of the
+            # counters.  Else, after the restart, the engine skips the redelivered
+            # events (its seq covers them) and fires nothing, while the counters apply
+            # them: their pattern tallies (patterns_fired) missed those events' patterns
+            # for good (seen in a chaos run, 2026-11-29).  Counters ahead of the
+            # engine are safe: the engine fires again (identical outputs repeated) and
+            # the counters, which counted those patterns already, skip the events.
+            if sid in self._dirty_sessions:
+                self._dirty_sessions.discard(sid)
+                c = self._sessions.get(sid)
+                if c is not None:
+                    pending.append(
+                        PendingWrite("sessions", part(sid), sid.encode(), c.freeze(), sid)
+                    )
             e = self._engines.get(sid)
             if e is not None:
                 memo = self._memos.get(sid)
@@ -787,13 +802,6 @@ class EventProcessor:
                 pending.append(
                     PendingWrite("engines", part(sid), sid.encode(), e.snapshot(), sid, memo)
                 )
-            if sid in self._dirty_sessions:
-                self._dirty_sessions.discard(sid)
-                c = self._sessions.get(sid)
-                if c is not None:
-                    pending.append(
-                        PendingWrite("sessions", part(sid), sid.encode(), c.freeze(), sid)
-                    )
         self.flushed_values += len(pending)
         self._hold(pending)
         return pending

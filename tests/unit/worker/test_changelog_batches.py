@@ -384,3 +384,50 @@ def test_a_flush_writes_every_value_to_the_rocksdb_stores_before_it_returns(
         assert flusher.changelog_records == len(expected)
 
     asyncio.run(run())
+
+
+def test_a_flush_writes_the_engines_rocksdb_batches_last() -> None:
+    """A worker killed between two of a chunk's store writes must not leave a
+    session's engine ahead of its counters (the restarted engine would skip the
+    redelivered events and the counters would miss their patterns).  A chunk's
+    batches are keyed by their first value, which can be an engine whose counters
+    went in the previous chunk: its batch is still written after the counters'."""
+    from streams.worker.faust_app import StateFlusher
+    from streams.worker.processor import TableWrite
+
+    order: list[str] = []
+
+    class Db:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def write(self, batch: object) -> None:
+            order.append(self.name)
+
+    class Store:
+        use_rocksdict = True
+
+        def __init__(self, name: str) -> None:
+            self.db = Db(name)
+            self._key_index: dict[bytes, int] = {}
+
+        def _db_for_partition(self, partition: int) -> Db:
+            return self.db
+
+    class Table:
+        def __init__(self, name: str) -> None:
+            self.data = Store(name)
+
+    class Batches:
+        def add(self, *args: object) -> None:
+            pass
+
+    tables = {name: Table(name) for name in ("sessions", "engines")}
+    flusher = StateFlusher(None, tables, None)  # type: ignore[arg-type]
+    writes = [
+        TableWrite("engines", 0, b"s1", b"e1"),  # its counters were in the chunk before
+        TableWrite("sessions", 0, b"s2", b"c2"),
+        TableWrite("engines", 0, b"s2", b"e2"),
+    ]
+    flusher.write(writes, Batches())  # type: ignore[arg-type]
+    assert order == ["sessions", "engines"]

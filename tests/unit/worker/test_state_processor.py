@@ -548,3 +548,43 @@ def test_an_event_that_cannot_be_stored_is_rejected_before_anything_changed(bad:
     out = p.apply(_sev("a", 1))  # the session carries on with the next valid event
     assert out.applied and out.session.events == 2
     assert p.flush() > 0
+
+
+def test_a_worker_killed_mid_flush_never_loses_pattern_tallies() -> None:
+    """A flush writes its values one after another; a SIGKILL can stop it after any
+    of them.  The restarted worker re-applies the redelivered events to what was
+    written.  Fails with the engine written before its counters (as take_engines
+    did): a kill between the two left the engine ahead, it skipped the redelivered
+    events and fired nothing, and the counters applied them without their patterns
+    (a chaos run, 2026-11-29: ``sessions.patterns_fired: live {}, replay {...}``)."""
+    from streams.sim.events import fleet_events
+
+    names = ("sessions", "budgets", "minutes", "engines")
+    events = fleet_events(400, 6, seed=5)
+    ref = EventProcessor({}, {}, {}, {})
+    for e in events:
+        ref.apply(e)
+    ref_tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+    for w in ref.collect():
+        ref_tabs[names.index(w.table)][w.key] = w.value
+    expected = {k: SessionCounters.decode(v).patterns_fired for k, v in ref_tabs[0].items()}
+    assert sum(len(p) for p in expected.values()) > 0  # the fleet fires patterns
+
+    p = EventProcessor({}, {}, {}, {})
+    for e in events:
+        p.apply(e)
+    # the worker's flush: the small values, then the engines a slice at a time
+    pending = p.take_dirty(engines=False)
+    pending += p.take_engines(p.dirty_engine_ids())
+    writes = [w.encode() for w in pending]
+    for cut in range(len(writes) + 1):  # killed after `cut` writes
+        tabs: tuple[dict[bytes, bytes], ...] = ({}, {}, {}, {})
+        for w in writes[:cut]:
+            tabs[names.index(w.table)][w.key] = w.value
+        restarted = EventProcessor(*tabs)
+        for e in events:  # nothing was committed: everything is redelivered
+            restarted.apply(e)
+        for w in restarted.collect():
+            tabs[names.index(w.table)][w.key] = w.value
+        got = {k: SessionCounters.decode(v).patterns_fired for k, v in tabs[0].items()}
+        assert got == expected, f"killed after {cut} of {len(writes)} writes"

@@ -1930,14 +1930,7 @@ class Router:
             log.debug("ignored: an offset commit answer of a replaced consumer (%s)", err)
             return
         now = time.monotonic()
-        t0, t_sent = self._sent_at.popleft() if self._sent_at else (now, now)
-        # What is left (held back meanwhile, or refused now) goes with the next batch
-        # or, without one, after a batch window (_step); after a refusal not sooner
-        # than REFUSED_RETRY_S (a commit the coordinator cannot take yet would be
-        # refused again at once, and refusals in a row stop the router).
-        window = self.config.batch_max_ms / 1000.0
-        any_refused = err is not None or any(tp.error is not None for tp in partitions)
-        self._offsets_retry_at = now + (max(window, REFUSED_RETRY_S) if any_refused else window)
+        t0 = self._sent_at.popleft()[0] if self._sent_at else now
         cause = err
         for tp in partitions:
             key = (tp.topic, tp.partition)
@@ -1954,7 +1947,13 @@ class Router:
                 and TopicPartition(tp.topic, tp.partition) in self._assigned
             ):
                 self._uncommitted[key] = tp.offset
-        self._commit_s += now - t_sent
+        # What is left (held back meanwhile, or refused now) goes with the next batch
+        # or, without one, after a batch window (_step); after a refusal not sooner
+        # than REFUSED_RETRY_S (a commit the coordinator cannot take yet would be
+        # refused again at once, and refusals in a row stop the router).  Not added to
+        # commit_s: the loop did not wait for this answer.
+        window = self.config.batch_max_ms / 1000.0
+        self._offsets_retry_at = now + (window if cause is None else max(window, REFUSED_RETRY_S))
         if self.metrics is not None:
             self.metrics.on_offsets_commit(now - t0, ok=cause is None)
         if cause is None:

@@ -30,8 +30,8 @@ class RouterStats:
     aborted_messages: int = 0
     rebalances: int = 0
     #: Wall seconds spent blocked committing (broker round trips while the router
-    #: routes nothing): send_offsets/commit_transaction (exactly-once), or producer
-    #: flush + offset commit (at-least-once).
+    #: routes nothing): send_offsets/commit_transaction (exactly-once), or the
+    #: producer flush (at-least-once: its offset commit is asynchronous).
     commit_s: float = 0.0
     #: At-least-once: offset commits done, and those the broker refused (e.g. during
     #: a rebalance; the messages were delivered, a restart would route them again).

@@ -241,8 +241,11 @@ def test_an_at_least_once_offset_commit_is_asynchronous_and_made_in_the_loops_th
     assert router._uncommitted == {} and router._sent == {("t.session.a", 0): 5}
     assert not router._in_txn  # the batch was delivered: it is done
     assert router.stats().offset_commits == 0  # not before its answer
+    blocked = router.stats().commit_s
+    time.sleep(0.01)
     router._on_offsets_answer(router._consumer_gen, None, [_tp("t.session.a", 5)])
     assert router.stats().offset_commits == 1 and router._sent == {}
+    assert router.stats().commit_s == blocked  # the loop did not wait for the answer
 
 
 def test_a_refused_offset_commit_goes_back_to_the_uncommitted_offsets() -> None:

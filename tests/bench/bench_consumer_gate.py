@@ -25,8 +25,6 @@ then measures three cases, printing seconds:
 from __future__ import annotations
 
 import argparse
-import os
-import signal
 import sys
 import tempfile
 import threading
@@ -40,6 +38,9 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests" / "integration"))
+
+from procs import frozen  # noqa: E402
 
 from streams.broker import LocalBroker, free_port  # noqa: E402
 
@@ -63,17 +64,6 @@ def timed(call: Callable[[], object], wait_s: float) -> str:
     t.start()
     t.join(wait_s)
     return took[0] if took else f"still blocked after {wait_s:g} s"
-
-
-def frozen(pid: int) -> Any:
-    class Frozen:
-        def __enter__(self) -> None:
-            os.kill(pid, signal.SIGSTOP)
-
-        def __exit__(self, *exc: object) -> None:
-            os.kill(pid, signal.SIGCONT)
-
-    return Frozen()
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -22,7 +22,6 @@ Exit status 0 when every run exited by itself (0) within 30 s, 1 otherwise.
 from __future__ import annotations
 
 import argparse
-import os
 import signal
 import subprocess
 import sys
@@ -36,7 +35,7 @@ sys.path.insert(0, str(REPO / "tests" / "integration"))
 
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from kafka_io import SessionStreamPublisher  # noqa: E402
-from procs import RouterProc  # noqa: E402
+from procs import RouterProc, frozen  # noqa: E402
 from router_io import read_topic  # noqa: E402
 
 from streams.broker import LocalBroker, ensure_jars, free_ports  # noqa: E402
@@ -67,26 +66,22 @@ def one_run(guarantee: str, freeze_s: float, workdir: Path) -> tuple[int | None,
     pub = SessionStreamPublisher(settings, SESSIONS, 200, encoded)
     log = workdir / "router.log"
     router = RouterProc(settings, log, "--guarantee", guarantee, "--status-every", "1")
-    frozen = False
     try:
         pub.start()
         deadline = time.monotonic() + 90
         while len(read_topic(settings.bootstrap, settings.events_topic, 400, timeout_s=5)) < 400:
             if time.monotonic() > deadline:
                 raise RuntimeError(f"nothing routed within 90 s; see {log}")
-        os.kill(pid, signal.SIGSTOP)
-        frozen = True
-        time.sleep(freeze_s)
-        t0 = time.monotonic()
-        router.proc.send_signal(signal.SIGTERM)
-        try:
-            rc: int | None = router.proc.wait(60)
-        except subprocess.TimeoutExpired:
-            rc = None
-        return rc, time.monotonic() - t0, log
+        with frozen(pid):
+            time.sleep(freeze_s)
+            t0 = time.monotonic()
+            router.proc.send_signal(signal.SIGTERM)
+            try:
+                rc: int | None = router.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                rc = None
+            return rc, time.monotonic() - t0, log
     finally:
-        if frozen:
-            os.kill(pid, signal.SIGCONT)
         pub.killed.set()
         router.stop(signal.SIGKILL)
         broker.stop()

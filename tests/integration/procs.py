@@ -28,6 +28,8 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +92,18 @@ def spawn_router(
             stderr=subprocess.STDOUT,
         )
     )
+
+
+@contextmanager
+def frozen(pid: int) -> Iterator[None]:
+    """The process ``pid`` (a broker) stopped with SIGSTOP for the block, then
+    continued, whatever happens in it: a broker that hangs without closing its
+    connections (a long GC pause, a network black hole), unlike a stopped one."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
 
 
 class RouterProc:

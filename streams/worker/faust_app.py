@@ -740,16 +740,33 @@ class _ChangelogBatches:
     outside transactions.
     """
 
-    def __init__(self, producer: _DeliveringProducer) -> None:
+    def __init__(self, producer: _DeliveringProducer, *, last: Any = None) -> None:
         self._producer = producer
         #: open batches: (topic, partition) -> (table, builder, records in it)
         self._open: dict[tuple[str, int], tuple[Any, Any, int]] = {}
         #: full batches waiting to be queued, in the order they filled
         self._full: list[tuple[str, int, Any, Any, int]] = []
-        self.records = 0
-        self.batches = 0
+        #: the table whose records wait for every other record of the flush to be
+        #: acknowledged (the engines: :meth:`send_all`), and where they wait
+        self._last_table = last
+        self._last: _ChangelogBatches | None = None if last is None else _ChangelogBatches(producer)
+        self._records = 0
+        self._batches = 0
+
+    @property
+    def records(self) -> int:
+        """Records added so far (the held-back table's included)."""
+        return self._records + (0 if self._last is None else self._last.records)
+
+    @property
+    def batches(self) -> int:
+        """Batches queued so far (the held-back table's included)."""
+        return self._batches + (0 if self._last is None else self._last.batches)
 
     def add(self, table: Any, partition: int, key: bytes, value: bytes) -> None:
+        if self._last is not None and table is self._last_table:
+            self._last.add(table, partition, key, value)
+            return
         topic: str = table.changelog_topic.get_topic_name()
         tp = (topic, partition)
         entry = self._open.get(tp)
@@ -763,7 +780,7 @@ class _ChangelogBatches:
             if entry[1].append(key=key, value=value, timestamp=None) is None:
                 raise RuntimeError(f"{topic}[{partition}]: an empty aiokafka batch refused")
         self._open[tp] = (entry[0], entry[1], entry[2] + 1)
-        self.records += 1
+        self._records += 1
 
     async def send_full(self) -> None:
         """Queue the batches that filled up (the open ones take more records)."""
@@ -776,11 +793,29 @@ class _ChangelogBatches:
                 raise
 
     async def send_all(self) -> None:
-        """Queue every batch, full ones first (they precede the open ones)."""
+        """Queue every batch, full ones first (they precede the open ones); then, once
+        Kafka acknowledged all of them, the held-back table's (the engines').
+
+        Why the wait: batches of different changelog partitions are not ordered
+        against each other, and a session's counters carry the tallies of the
+        patterns its engine fired.  A worker killed mid-flush that also lost its
+        local store would otherwise recover an engine whose changelog record arrived
+        while its counters' did not: the engine skips the redelivered events and
+        fires nothing, the counters count them without their patterns, and the
+        tallies are lost for good (docs/guarantees.md "Crash analysis").  With the
+        counters acknowledged first, a kill leaves them ahead instead, which is safe.
+        Costs one acknowledgement round trip per flush that has engines.
+        """
         await self.send_full()
         opened, self._open = self._open, {}
         for (topic, partition), (table, batch, n) in opened.items():
             await self._send(topic, partition, table, batch, n)
+        last = self._last
+        if last is not None and (last._open or last._full):
+            # every write queued so far acknowledged (raises DeliveryError otherwise:
+            # then the engines' records are not queued, and no offset is committed)
+            await self._producer.deliver_queued()
+            await last.send_all()
 
     async def _send(self, topic: str, partition: int, table: Any, batch: Any, n: int) -> None:
         batch.close()
@@ -790,7 +825,7 @@ class _ChangelogBatches:
             store.set_persisted_offset(md.topic_partition, md.offset + n - 1)
 
         await self._producer.send_changelog_batch(batch, topic, partition, on_sent)
-        self.batches += 1
+        self._batches += 1
 
 
 def _rocksdb_write_batch(store: Any) -> Any:
@@ -888,7 +923,8 @@ class StateFlusher:
                 f"the worker app's producer is {type(producer).__name__}, not "
                 "_DeliveringProducer: changelog batches need it (create_app sets it up)"
             )
-        return _ChangelogBatches(producer)
+        # the engines' records wait for the counters' acknowledgement (send_all)
+        return _ChangelogBatches(producer, last=self.tables.get("engines"))
 
     def write(self, writes: list[TableWrite], batches: _ChangelogBatches) -> None:
         """Write ``writes`` to the local stores and add them to ``batches`` (no await:

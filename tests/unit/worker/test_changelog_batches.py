@@ -39,9 +39,13 @@ class FakeSender:
     """Stands in for aiokafka's ``send_batch`` -> accumulator -> sender: records every
     batch queued (topic, partition, records) and its future, in queue order."""
 
-    def __init__(self, fail_queue: BaseException | None = None) -> None:
+    def __init__(self, fail_queue: BaseException | None = None, *, ack: bool = False) -> None:
         self.sent: list[tuple[str, int, list[tuple[bytes, bytes]], asyncio.Future[Any]]] = []
         self.fail_queue = fail_queue
+        #: answer every batch on the next loop iteration, base offsets counted from
+        #: ``base`` over all batches in queue order (else the test resolves them)
+        self.ack = ack
+        self.base = 100
 
     async def send_batch(self, batch: Any, topic: str, *, partition: int) -> Any:
         from aiokafka.record.default_records import DefaultRecordBatch
@@ -49,9 +53,17 @@ class FakeSender:
         if self.fail_queue is not None:
             raise self.fail_queue
         records = [(r.key, r.value) for r in DefaultRecordBatch(bytes(batch._builder.build()))]
-        fut: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Any] = loop.create_future()
         self.sent.append((topic, partition, records, fut))
+        if self.ack:
+            loop.call_soon(fut.set_result, _acked(topic, partition, self.base))
+            self.base += len(records)
         return fut
+
+    def engine_batches(self) -> list[int]:
+        """Indexes in :attr:`sent` of the engines table's changelog batches."""
+        return [i for i, (topic, *_) in enumerate(self.sent) if "engines" in topic]
 
 
 def _install(wapp: Any, sender: FakeSender, max_batch_size: int = 16384) -> None:
@@ -102,7 +114,7 @@ def _acked(topic: str, partition: int, base_offset: int) -> Any:
 def test_a_flush_queues_every_value_once_per_partition_in_order(tmp_path: Path) -> None:
     async def run() -> None:
         wapp = _app(tmp_path)
-        sender = FakeSender()
+        sender = FakeSender(ack=True)
         _install(wapp, sender)
         flusher = wapp.app.state_flusher
         flusher.WRITE_CHUNK = 5  # several chunks: batches stay open across them
@@ -134,9 +146,6 @@ def test_a_flush_queues_every_value_once_per_partition_in_order(tmp_path: Path) 
         # batched: a batch per 16 KB of a partition, not a future per record
         assert len(want) <= len(sender.sent) < len(expected) // 4
         assert flusher.changelog_records == len(expected)
-        assert wapp.app.producer.queued == len(sender.sent)
-        for topic, partition, _, fut in sender.sent:
-            fut.set_result(_acked(topic, partition, 0))
         await asyncio.wait_for(wapp.app.producer.deliver_queued(), 5)
         assert wapp.app.producer.queued == 0
 
@@ -146,7 +155,7 @@ def test_a_flush_queues_every_value_once_per_partition_in_order(tmp_path: Path) 
 def test_batches_fill_up_in_order_and_set_the_last_offset_as_persisted(tmp_path: Path) -> None:
     async def run() -> None:
         wapp = _app(tmp_path)
-        sender = FakeSender()
+        sender = FakeSender(ack=True)  # base offsets as the broker would assign them
         _install(wapp, sender, max_batch_size=1024)
         flusher = wapp.app.state_flusher
         # one session, 60 minutes: 60 values of ~150 bytes for one partition of
@@ -180,21 +189,70 @@ def test_batches_fill_up_in_order_and_set_the_last_offset_as_persisted(tmp_path:
         got = [rec for _, _, records, _ in minute_batches for rec in records]
         want = [(w.key, w.value) for w in expected if w.table == "minutes"]
         assert got == want
-        # Kafka acknowledges them: base offsets as the broker would assign them
-        base = 100
-        for topic, partition, records, fut in sender.sent:
-            fut.set_result(_acked(topic, partition, base))
-            if topic == minutes_topic:
-                persisted_before = list(persisted.get("minutes", []))
-                await asyncio.sleep(0)  # done-callbacks run
-                assert persisted["minutes"][len(persisted_before) :] == [
-                    (partition, base + len(records) - 1)
-                ]
-            base += len(records)
-        await asyncio.sleep(0)
         await wapp.app.producer.deliver_queued()  # all acknowledged: returns
         assert wapp.app.producer.queued == 0
+        # each acknowledged batch set its last record's offset as persisted
+        base = 100
+        expected_persisted = []
+        for topic, partition, records, _ in sender.sent:
+            if topic == minutes_topic:
+                expected_persisted.append((partition, base + len(records) - 1))
+            base += len(records)
+        assert persisted["minutes"] == expected_persisted
         assert set(persisted) == {"sessions", "minutes", "engines"}
+
+    asyncio.run(run())
+
+
+def test_the_engines_changelog_records_wait_until_every_other_record_is_acknowledged(
+    tmp_path: Path,
+) -> None:
+    """Changelog batches of different partitions are not ordered against each other.
+    A worker killed mid-flush that also lost its local store must never recover a
+    session's engine ahead of its counters (the engine would skip the redelivered
+    events and the counters would miss their pattern tallies for good): a flush
+    queues the engines' batches only once Kafka acknowledged every other batch of
+    it, here and in the revoke flush (``collect_now`` + ``send``)."""
+
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender)
+        flusher = wapp.app.state_flusher
+        flusher.WRITE_CHUNK = 5
+
+        async def flushed(flush: asyncio.Future[None]) -> None:
+            await asyncio.sleep(0.05)
+            assert not flush.done()
+            others = list(sender.sent)
+            assert others and sender.engine_batches() == []  # waiting for the acks
+            for topic, partition, _, fut in others[:-1]:
+                fut.set_result(_acked(topic, partition, 0))
+            await asyncio.sleep(0.05)
+            assert sender.engine_batches() == []  # one is still not acknowledged
+            topic, partition, _, fut = others[-1]
+            fut.set_result(_acked(topic, partition, 0))
+            await asyncio.sleep(0.05)
+            engines = sender.engine_batches()
+            assert engines and min(engines) == len(others)  # queued after, all of them
+            for i in engines:
+                topic, partition, _, fut = sender.sent[i]
+                fut.set_result(_acked(topic, partition, 0))
+            await asyncio.wait_for(flush, 5)
+            await asyncio.wait_for(wapp.app.producer.deliver_queued(), 5)
+
+        events = _events(sessions=20, per_session=4)
+        _apply(wapp, events[:40])
+        pending = wapp.processor.take_dirty()
+        assert {p.table for p in pending} >= {"sessions", "engines"}
+        await flushed(asyncio.ensure_future(flusher.write_pending(pending, _no_flush)))
+        # every value's record went out, the engines' included
+        assert sum(len(r) for *_, r, _ in sender.sent) == len(pending)
+
+        sender.sent.clear()
+        _apply(wapp, events[40:])
+        _, batches = flusher.collect_now()
+        await flushed(asyncio.ensure_future(flusher.send(batches)))
 
     asyncio.run(run())
 
@@ -218,10 +276,11 @@ def test_a_failed_batch_fails_every_later_flush(tmp_path: Path, how: str) -> Non
             with pytest.raises(DeliveryError, match=r"changelog\[\d\].*broker said no"):
                 await flusher.write_pending(pending, _no_flush)
         else:
-            await flusher.write_pending(pending, _no_flush)
+            flush = asyncio.ensure_future(flusher.write_pending(pending, _no_flush))
             waiter = asyncio.ensure_future(producer.deliver_queued())
             await asyncio.sleep(0.05)
-            assert not waiter.done()  # waits for every batch
+            assert not waiter.done() and not flush.done()  # waits for every batch
+            assert sender.sent and sender.engine_batches() == []  # the engines' wait
             topic, partition, _, fut = sender.sent[1]
             for i, (t, p, _, f) in enumerate(sender.sent):
                 if i != 1:
@@ -229,6 +288,10 @@ def test_a_failed_batch_fails_every_later_flush(tmp_path: Path, how: str) -> Non
             fut.set_exception(boom)
             with pytest.raises(DeliveryError, match=rf"{topic}\[{partition}\].*broker said no"):
                 await waiter
+            with pytest.raises(DeliveryError, match="broker said no"):
+                await flush
+            # the counters' batch failed: the engines' records were never queued
+            assert sender.engine_batches() == []
         with pytest.raises(DeliveryError, match="broker said no"):
             await producer.flush()  # sticky: what _commit_offsets awaits before committing
 
@@ -241,7 +304,7 @@ def test_the_revoke_flush_writes_the_stores_before_any_await(tmp_path: Path) -> 
 
     async def run() -> None:
         wapp = _app(tmp_path)
-        sender = FakeSender()
+        sender = FakeSender(ack=True)
         _install(wapp, sender)
         flusher = wapp.app.state_flusher
         _apply(wapp, _events(sessions=5, per_session=2))
@@ -262,7 +325,7 @@ def test_later_flushes_queue_after_earlier_ones_and_the_last_value_wins(tmp_path
 
     async def run() -> None:
         wapp = _app(tmp_path)
-        sender = FakeSender()
+        sender = FakeSender(ack=True)
         _install(wapp, sender, max_batch_size=1024)
         flusher = wapp.app.state_flusher
         flusher.WRITE_CHUNK = 7
@@ -332,16 +395,21 @@ def test_a_failed_batch_stops_the_commit_before_any_offset_is_committed(
         async def kafka_answers() -> None:
             while not sender.sent:  # the flush queues them, then waits for them
                 await asyncio.sleep(0.01)
-            await asyncio.sleep(0.05)
-            for i, (topic, partition, _, fut) in enumerate(sender.sent):
-                if fail and i == 1:
-                    fut.set_exception(RuntimeError("broker said no"))
-                else:
-                    fut.set_result(_acked(topic, partition, 0))
+            while True:  # the engines' batches come once the others are acknowledged
+                await asyncio.sleep(0.02)
+                for i, (topic, partition, _, fut) in enumerate(sender.sent):
+                    if fut.done():
+                        continue
+                    if fail and i == 1:
+                        fut.set_exception(RuntimeError("broker said no"))
+                    else:
+                        fut.set_result(_acked(topic, partition, 0))
 
         answers = asyncio.ensure_future(kafka_answers())
-        did = await asyncio.wait_for(consumer._commit_tps([events_tp], False), 10)
-        await answers
+        try:
+            did = await asyncio.wait_for(consumer._commit_tps([events_tp], False), 10)
+        finally:
+            answers.cancel()
         if fail:
             assert did is False and committed == []
             assert len(crashed) == 1 and isinstance(crashed[0], DeliveryError)
@@ -367,7 +435,7 @@ def test_a_flush_writes_every_value_to_the_rocksdb_stores_before_it_returns(
             store="rocksdb://", data_dir=str(tmp_path), web_enabled=False, partitions=3
         )
         wapp = create_app(settings, config)
-        sender = FakeSender()
+        sender = FakeSender(ack=True)
         _install(wapp, sender)
         flusher = wapp.app.state_flusher
         flusher.WRITE_CHUNK = 7  # several chunks, several partitions per chunk

@@ -20,6 +20,13 @@ sessions (KIP-227), which librdkafka and aiokafka lack; ``kpnosess<min
 bytes>w<wait ms>`` is the same with them off.  kafka-python is not a dependency
 of the project: without it the ``kp`` modes are skipped with a message.
 
+``--record-bytes N`` pads each record to N bytes (the closed loop's events are
+~300-600; the default is an 18-byte timestamp), ``--topic-config KEY=VALUE``
+creates the topics with that config (e.g. ``index.interval.bytes=1``).  The
+producer's CPU, the same work in every mode, doubles as a reference for how fast
+the machine runs at the time: compare broker / producer between runs taken minutes
+apart (docs/kafka-notes.md "The broker's floor for the fan-in").
+
 What it showed on this 2-core machine (docs/kafka-notes.md "Fan-in: where the
 broker's CPU goes"): the broker's floor for producing 1,000 records/s to 1,000
 topics is ~0.1 core; one consumer with min bytes 1 (the router's old default) adds ~0.5; min bytes
@@ -228,6 +235,7 @@ def run_mode(
     bpid: int | None,
     jfr_dir: Path | None,
     warmup: float = 4.0,
+    record_bytes: int = 0,
 ) -> str:
     """One mode: the consumers in a child process (their CPU apart from the producer's)."""
     mp = multiprocessing.get_context("spawn")
@@ -251,7 +259,10 @@ def run_mode(
         while not stop.is_set():
             due = int((time.monotonic() - t0) * rate)
             while n < due:
-                producer.produce(topics[n % len(topics)], repr(time.time()).encode())
+                # the consumers read the time back with float(), which skips the padding
+                producer.produce(
+                    topics[n % len(topics)], repr(time.time()).encode().ljust(record_bytes)
+                )
                 n += 1
             producer.poll(0)
             time.sleep(0.001)
@@ -329,7 +340,22 @@ def main() -> None:
         "1,000 topics needs ~10 to read the backlog of its start)",
     )
     ap.add_argument("--broker-jfr", type=Path, metavar="DIR", help="JFR profile per mode")
+    ap.add_argument(
+        "--topic-config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a topic config of the created topics (repeatable), e.g. index.interval.bytes=1",
+    )
+    ap.add_argument(
+        "--record-bytes",
+        type=int,
+        default=0,
+        help="pad each record's value to this many bytes (default 0: ~18 bytes, a timestamp; "
+        "the closed loop's events are ~300-600)",
+    )
     args = ap.parse_args()
+    topic_config = dict(kv.split("=", 1) for kv in args.topic_config)
     # Parsed before creating topics, so a bad name fails early.
     modes = [parse_mode(m) for m in args.mode or ["none", "k1mb1w50", "k1mb65536w20"]]
     missing = kafka_python_missing()
@@ -345,7 +371,9 @@ def main() -> None:
     topics = [f"{prefix}.s{i}" for i in range(args.topics)]
     admin = AdminClient({"bootstrap.servers": bootstrap})
     for i in range(0, len(topics), 200):
-        futures = admin.create_topics([NewTopic(t, 1, 1) for t in topics[i : i + 200]])
+        futures = admin.create_topics(
+            [NewTopic(t, 1, 1, config=topic_config) for t in topics[i : i + 200]]
+        )
         for f in futures.values():
             f.result(60)
     time.sleep(3.0)  # leaders elected for every new partition
@@ -366,6 +394,7 @@ def main() -> None:
                     bpid,
                     args.broker_jfr,
                     args.warmup,
+                    args.record_bytes,
                 ),
                 flush=True,
             )

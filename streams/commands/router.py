@@ -328,6 +328,14 @@ def run(args: argparse.Namespace) -> int:
         commits,
         config.guarantee,
     )
+    if router.close_abandoned:
+        # The consumer is still closing in a helper thread (the broker stopped
+        # answering): the interpreter's exit would destroy it mid-close and can
+        # wait for it; nothing is left to do, so leave now.
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
     return 0
 
 

@@ -177,6 +177,13 @@ WEDGED_S = 15.0
 #: answered and then never sends the ``TxnOffsetCommit``, although the broker is
 #: back; with 15 s here the router routed nothing for 17-22 s after the restart.
 TXN_CALL_WEDGED_S = 3 * CALL_TIMEOUT_S
+#: The stop's ``consumer.close()`` is left to a helper thread after this long (after
+#: :data:`CALL_TIMEOUT_S` once a stop is requested): a healthy close takes
+#: milliseconds, a frozen broker makes it wait out request timeouts
+#: (:meth:`Router._close_consumer`).
+CLOSE_WAIT_S = 5.0
+#: The producer flush at a stop whose consumer close was left behind: best effort.
+CLOSE_FLUSH_S = 1.0
 #: At-least-once: a periodic offset commit waits while an earlier one awaits its
 #: answer (see :meth:`Router._commit_offsets`), but not behind one unanswered after
 #: this long (librdkafka always answers, by a timeout at worst: a safety net).
@@ -565,6 +572,8 @@ class Router:
         self._rewind_due = False
         self._failed = False  # set by a fatal error or a bug: never commit after it
         self._abandoned = False  # stopped while the broker was unreachable (_Abandoned)
+        #: :meth:`close` gave up waiting for the consumer's close (see _close_consumer)
+        self.close_abandoned = False
         self._producer_conf: dict[str, Any] = {}
         self._consumer_conf: dict[str, Any] = {}
         self._consumer_restarts = 0
@@ -1041,12 +1050,16 @@ class Router:
             # it is aborted when this transactional id restarts (or on timeout).
             # on_revoke runs here (nothing is open any more), and the answers of the
             # offset commits still in flight: librdkafka waits for them
-            self._consumer.close()
-            self._consumer = None
+            self._close_consumer()
             if self._commit_failure is not None:
                 log.error("at the stop: %s", self._commit_failure)
         if self._producer is not None:
-            if not self._producer_dead and not self._abandoned:
+            if self.close_abandoned and not self._producer_dead and not self._abandoned:
+                # The broker does not answer: every record an offset commit covers was
+                # delivered before that commit (at-least-once) or belongs to the open
+                # transaction (aborted when this id starts again): a short best effort.
+                self._producer.flush(CLOSE_FLUSH_S)
+            elif not self._producer_dead and not self._abandoned:
                 # (a fenced producer cannot deliver anything)
                 # (at-least-once after a failure: what is delivered now is a duplicate
                 # after the restart, never a loss: no offset covers it)
@@ -1055,6 +1068,35 @@ class Router:
         if self._admin is not None:
             self._admin.close()  # (ends the child process)
             self._admin = None
+
+    def _close_consumer(self) -> None:
+        """Close the consumer (leave the group, settle the commits in flight), for at
+        most :data:`CLOSE_WAIT_S` (:data:`CALL_TIMEOUT_S` once a stop was requested).
+
+        Why bounded: a broker that hangs without closing its connections (a long GC
+        pause, a network black hole; SIGSTOP in ``tests/bench/bench_router_freeze.py``)
+        makes librdkafka's close wait for its requests to the group coordinator until
+        they time out, past the command's stop grace (py-spy: the router thread in
+        ``rd_kafka_consumer_close``).  Nothing rides on the close by then: the open
+        batch was committed, or given up, before it.  A close that does not return is
+        left to a helper thread, the consumer kept referenced (:attr:`_retired_consumer`:
+        its late callbacks are ignored, and it is never freed while librdkafka still
+        works on it), and :attr:`close_abandoned` is set: the process should then end
+        without finalizing that client (``trajectory router`` exits with ``os._exit``:
+        destroying a consumer mid-close can block the interpreter's exit).
+        """
+        consumer, self._consumer = self._consumer, None
+        assert consumer is not None
+        try:
+            self._bounded("closing the consumer", lambda _t: consumer.close(), limit=CLOSE_WAIT_S)
+        except (_Wedged, _Abandoned) as exc:
+            self._retired_consumer = consumer
+            self.close_abandoned = True
+            log.warning(
+                "%s (broker not answering?): left closing in a helper thread; nothing is "
+                "lost: offsets not committed are routed again by the next start",
+                exc,
+            )
 
     def __enter__(self) -> Router:
         self.start()

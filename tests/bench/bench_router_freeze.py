@@ -51,8 +51,14 @@ def encoded(sid: str, seq: int) -> bytes:
     return SERDE.encode(TraceEvent(type="message", session_id=sid, seq=seq, timestamp_ms=seq))
 
 
-def one_run(guarantee: str, freeze_s: float, workdir: Path) -> tuple[int | None, float, Path]:
-    """(exit status or None if still running after 60 s, seconds to exit, router log)."""
+def one_run(
+    guarantee: str, freeze_s: float, workdir: Path, dump_after: float | None = None
+) -> tuple[int | None, float, Path]:
+    """(exit status or None if still running after 60 s, seconds to exit, router log).
+
+    ``dump_after``: that many seconds after SIGTERM, ``py-spy dump --native`` of the
+    router (every thread's Python and native stack) goes to ``workdir/stop-stacks.txt``.
+    """
     port, controller = free_ports(2)
     broker = LocalBroker(workdir / "kafka", port, controller)
     broker.start()
@@ -76,6 +82,17 @@ def one_run(guarantee: str, freeze_s: float, workdir: Path) -> tuple[int | None,
             time.sleep(freeze_s)
             t0 = time.monotonic()
             router.proc.send_signal(signal.SIGTERM)
+            if dump_after is not None:
+                try:
+                    router.proc.wait(dump_after)
+                except subprocess.TimeoutExpired:
+                    dump = subprocess.run(
+                        ["py-spy", "dump", "--native", "--pid", str(router.proc.pid)],
+                        capture_output=True,
+                        text=True,
+                        check=False,
+                    )
+                    (workdir / "stop-stacks.txt").write_text(dump.stdout + dump.stderr)
             try:
                 rc: int | None = router.proc.wait(60)
             except subprocess.TimeoutExpired:
@@ -95,6 +112,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     ap.add_argument("--freeze", type=float, default=15.0, help="seconds frozen before SIGTERM")
     ap.add_argument("--workdir", help="keep logs and data here (default: a temp dir)")
+    ap.add_argument(
+        "--dump-after",
+        type=float,
+        metavar="S",
+        help="S seconds after SIGTERM, write the router's stacks (py-spy dump --native, "
+        "pip install py-spy) to <workdir>/runN/stop-stacks.txt: where the stop waits",
+    )
     args = ap.parse_args(argv)
     ensure_jars()
     ok = True
@@ -104,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         workdir = base / f"run{i}"
         workdir.mkdir(parents=True, exist_ok=True)
-        rc, took, log = one_run(args.guarantee, args.freeze, workdir)
+        rc, took, log = one_run(args.guarantee, args.freeze, workdir, args.dump_after)
         status = "still running after 60 s" if rc is None else f"exit {rc}"
         print(
             f"run {i}: {args.guarantee}, broker frozen {args.freeze:.0f} s, SIGTERM -> "

@@ -12,12 +12,16 @@ subprocess and a publisher that keeps producing through the outage.  It checks:
    published (``read_committed``): exactly once for exactly-once, at least once
    (nothing missing) for at-least-once;
 2. with the broker down again, SIGTERM stops the router by itself (exit code 0,
-   no SIGKILL needed) -- the time it took is printed, not asserted.
+   no SIGKILL needed) -- the time it took is printed, not asserted;
+3. with the broker *frozen* (SIGSTOP: it hangs without closing its connections),
+   SIGTERM stops the router by itself too, not by the command's 15 s watchdog
+   (exit 3), and a second router routes everything after the thaw.
 """
 
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -27,7 +31,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_io import SessionStreamPublisher
-from procs import RouterProc
+from procs import RouterProc, frozen
 from router_io import read_topic
 
 from streams.broker import LocalBroker, ensure_jars, free_ports
@@ -185,3 +189,67 @@ def test_router_resumes_after_broker_restart_and_stops_on_sigterm_while_down(
     finally:
         pub.killed.set()
         router.stop(signal.SIGKILL)
+
+
+#: A frozen broker's SIGTERM must end the router well inside the command's 15 s grace.
+FROZEN_STOP_BOUND_S = 12.0
+
+
+@pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])
+def test_sigterm_with_the_broker_frozen_stops_the_router_by_itself_and_loses_nothing(
+    own_broker: LocalBroker, tmp_path: Path, guarantee: str
+) -> None:
+    """Before: librdkafka's ``consumer.close()`` waited for its requests to the frozen
+    group coordinator, and the command's watchdog ended the router after 15 s (exit 3;
+    ``tests/bench/bench_router_freeze.py --freeze 4``: 2 of 2 runs).  Now the close
+    is bounded (``Router._close_consumer``) and the command exits 0."""
+    settings = Settings(bootstrap=own_broker.bootstrap, prefix="frz15", events_partitions=3)
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    futures = admin.create_topics([NewTopic(settings.session_topic(s), 1, 1) for s in SESSIONS])
+    for future in futures.values():
+        future.result(30)
+    pub = SessionStreamPublisher(settings, SESSIONS, 200, encoded)
+    router = RouterProc(
+        settings, tmp_path / "router.log", "--guarantee", guarantee, "--status-every", "1"
+    )
+    second = None
+    try:
+        pub.start()
+        deadline = time.monotonic() + 90
+        while len(routed_keys(settings, 400, timeout_s=5)) < 400:
+            assert time.monotonic() < deadline, router.log_tail()
+            assert router.proc.poll() is None, router.log_tail()
+        pid = own_broker.status().pid
+        assert pid is not None
+        with frozen(pid):
+            # frozen for less than the session timeout: the router still holds its
+            # partitions, so its close has the group coordinator to wait for
+            time.sleep(4.0)
+            t0 = time.monotonic()
+            router.proc.send_signal(signal.SIGTERM)
+            try:
+                rc = router.proc.wait(FROZEN_STOP_BOUND_S)
+            except subprocess.TimeoutExpired:
+                rc = None
+            took = time.monotonic() - t0
+        print(f"{guarantee}: SIGTERM with the broker frozen: exit {rc} after {took:.1f} s")
+        assert rc == 0, (rc, took, router_story(router, 40))
+
+        # Nothing lost: after the thaw a new router (same instance id) routes every
+        # event the session topics hold.
+        pub.killed.set()
+        pub.join(120)
+        second = RouterProc(settings, tmp_path / "router2.log", "--guarantee", guarantee)
+        counts = written_counts(settings)
+        published = {(sid, seq) for sid in SESSIONS for seq in range(counts[sid])}
+        keys = routed_keys(settings, len(published), timeout_s=120)
+        missing = published - set(keys)
+        assert not missing, (len(missing), sorted(missing)[:5], second.log_tail())
+        if guarantee == "exactly-once":
+            doubled = [k for k, n in Counter(keys).items() if n > 1]
+            assert not doubled, doubled[:5]
+    finally:
+        pub.killed.set()
+        router.stop(signal.SIGKILL)
+        if second is not None:
+            second.stop(signal.SIGTERM)

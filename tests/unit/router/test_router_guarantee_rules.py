@@ -153,6 +153,8 @@ def test_run_passes_the_guarantee_to_the_router(
     clients: list[dict[str, Any]] = []
 
     class FakeRouter:
+        close_abandoned = False  # the command reads it after the stop
+
         def __init__(
             self,
             settings: Settings,

@@ -86,13 +86,17 @@ def one_run(
                 try:
                     router.proc.wait(dump_after)
                 except subprocess.TimeoutExpired:
-                    dump = subprocess.run(
-                        ["py-spy", "dump", "--native", "--pid", str(router.proc.pid)],
-                        capture_output=True,
-                        text=True,
-                        check=False,
-                    )
-                    (workdir / "stop-stacks.txt").write_text(dump.stdout + dump.stderr)
+                    try:
+                        dump = subprocess.run(
+                            ["py-spy", "dump", "--native", "--pid", str(router.proc.pid)],
+                            capture_output=True,
+                            text=True,
+                            check=False,
+                        )
+                        text = dump.stdout + dump.stderr
+                    except FileNotFoundError:
+                        text = "py-spy is not installed (pip install py-spy): no stacks\n"
+                    (workdir / "stop-stacks.txt").write_text(text)
             try:
                 rc: int | None = router.proc.wait(60)
             except subprocess.TimeoutExpired:

@@ -73,6 +73,30 @@ def routed_keys(settings: Settings, expect: int, timeout_s: float) -> list[tuple
     return out
 
 
+def streaming(
+    settings: Settings, tmp_path: Path, guarantee: str
+) -> tuple[SessionStreamPublisher, RouterProc]:
+    """The session topics, a steady publisher (not started) and a router process."""
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+    futures = admin.create_topics([NewTopic(settings.session_topic(s), 1, 1) for s in SESSIONS])
+    for future in futures.values():
+        future.result(30)
+    pub = SessionStreamPublisher(settings, SESSIONS, 200, encoded)
+    router = RouterProc(
+        settings, tmp_path / "router.log", "--guarantee", guarantee, "--status-every", "1"
+    )
+    return pub, router
+
+
+def routing(settings: Settings, pub: SessionStreamPublisher, router: RouterProc) -> None:
+    """Start the publisher and wait until the router has routed 400 events."""
+    pub.start()
+    deadline = time.monotonic() + 90
+    while len(routed_keys(settings, 400, timeout_s=5)) < 400:
+        assert time.monotonic() < deadline, router.log_tail()
+        assert router.proc.poll() is None, router.log_tail()
+
+
 #: Router log lines that repeat every few ms while the broker is down: left out of
 #: a failure's log excerpt so the lines that tell why (assignments, revokes, losses,
 #: discovery checks, fencing) fit in it.
@@ -116,20 +140,9 @@ def test_router_resumes_after_broker_restart_and_stops_on_sigterm_while_down(
     own_broker: LocalBroker, tmp_path: Path, guarantee: str
 ) -> None:
     settings = Settings(bootstrap=own_broker.bootstrap, prefix="brk15", events_partitions=3)
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
-    futures = admin.create_topics([NewTopic(settings.session_topic(s), 1, 1) for s in SESSIONS])
-    for future in futures.values():
-        future.result(30)
-    pub = SessionStreamPublisher(settings, SESSIONS, 200, encoded)
-    router = RouterProc(
-        settings, tmp_path / "router.log", "--guarantee", guarantee, "--status-every", "1"
-    )
+    pub, router = streaming(settings, tmp_path, guarantee)
     try:
-        pub.start()
-        deadline = time.monotonic() + 90
-        while len(routed_keys(settings, 400, timeout_s=5)) < 400:
-            assert time.monotonic() < deadline, router.log_tail()
-            assert router.proc.poll() is None, router.log_tail()
+        routing(settings, pub, router)
 
         # The broker goes away mid-stream (the router has a batch open: events
         # arrive every ~8 ms) and comes back on the same ports and data.
@@ -204,21 +217,10 @@ def test_sigterm_with_the_broker_frozen_stops_the_router_by_itself_and_loses_not
     ``tests/bench/bench_router_freeze.py --freeze 4``: 2 of 2 runs).  Now the close
     is bounded (``Router._close_consumer``) and the command exits 0."""
     settings = Settings(bootstrap=own_broker.bootstrap, prefix="frz15", events_partitions=3)
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
-    futures = admin.create_topics([NewTopic(settings.session_topic(s), 1, 1) for s in SESSIONS])
-    for future in futures.values():
-        future.result(30)
-    pub = SessionStreamPublisher(settings, SESSIONS, 200, encoded)
-    router = RouterProc(
-        settings, tmp_path / "router.log", "--guarantee", guarantee, "--status-every", "1"
-    )
+    pub, router = streaming(settings, tmp_path, guarantee)
     second = None
     try:
-        pub.start()
-        deadline = time.monotonic() + 90
-        while len(routed_keys(settings, 400, timeout_s=5)) < 400:
-            assert time.monotonic() < deadline, router.log_tail()
-            assert router.proc.poll() is None, router.log_tail()
+        routing(settings, pub, router)
         pid = own_broker.status().pid
         assert pid is not None
         with frozen(pid):

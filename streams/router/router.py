@@ -177,11 +177,12 @@ WEDGED_S = 15.0
 #: answered and then never sends the ``TxnOffsetCommit``, although the broker is
 #: back; with 15 s here the router routed nothing for 17-22 s after the restart.
 TXN_CALL_WEDGED_S = 3 * CALL_TIMEOUT_S
-#: The stop's ``consumer.close()`` is left to a helper thread after this long (after
-#: :data:`CALL_TIMEOUT_S` once a stop is requested): a healthy close takes
-#: milliseconds, a frozen broker makes it wait out request timeouts
-#: (:meth:`Router._close_consumer`).
-CLOSE_WAIT_S = 5.0
+#: ``close()``'s ``consumer.close()`` is left to a helper thread after
+#: :data:`CALL_TIMEOUT_S` once a stop is requested (SIGTERM), else after this long
+#: (a close at the end of ``run(max_seconds=...)`` or after a failure, as a library
+#: caller sees it): a healthy close takes milliseconds, a frozen broker makes it
+#: wait out request timeouts (:meth:`Router._close_consumer`).
+CLOSE_WAIT_S = WEDGED_S
 #: The producer flush at a stop whose consumer close was left behind: best effort.
 CLOSE_FLUSH_S = 1.0
 #: At-least-once: a periodic offset commit waits while an earlier one awaits its
@@ -1071,7 +1072,7 @@ class Router:
 
     def _close_consumer(self) -> None:
         """Close the consumer (leave the group, settle the commits in flight), for at
-        most :data:`CLOSE_WAIT_S` (:data:`CALL_TIMEOUT_S` once a stop was requested).
+        most :data:`CALL_TIMEOUT_S` once a stop was requested, else :data:`CLOSE_WAIT_S`.
 
         Why bounded: a broker that hangs without closing its connections (a long GC
         pause, a network black hole; SIGSTOP in ``tests/bench/bench_router_freeze.py``)

@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_io import SessionStreamPublisher
 from procs import RouterProc, frozen
@@ -113,6 +113,17 @@ def router_story(router: RouterProc, lines: int = 200) -> str:
     return "\n".join([line for i, line in enumerate(kept) if i not in drop][-lines:])
 
 
+#: Errors of a broker that has just restarted or thawed (``written_counts`` retries).
+TRANSIENT = frozenset(
+    {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError._TIMED_OUT,
+        KafkaError._TRANSPORT,
+    }
+)
+
+
 def written_counts(settings: Settings) -> dict[str, int]:
     """Events per session the broker has (the session topic's high watermark).
 
@@ -124,13 +135,25 @@ def written_counts(settings: Settings) -> dict[str, int]:
     restart (22,691 events still queued when it gave up), which is no router loss.
     """
     reader = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "brk-watermarks"})
+    deadline = time.monotonic() + 60
     try:
-        return {
-            sid: reader.get_watermark_offsets(
-                TopicPartition(settings.session_topic(sid), 0), timeout=30
-            )[1]
-            for sid in SESSIONS
-        }
+        while True:
+            try:
+                return {
+                    sid: reader.get_watermark_offsets(
+                        TopicPartition(settings.session_topic(sid), 0), timeout=30
+                    )[1]
+                    for sid in SESSIONS
+                }
+            except KafkaException as exc:
+                # a broker just restarted or thawed can answer NOT_LEADER_FOR_PARTITION
+                # for a moment (seen after a freeze longer than its own controller's
+                # broker session timeout, under CI load)
+                kerr = exc.args[0]
+                transient = kerr.retriable() or kerr.code() in TRANSIENT
+                if not transient or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         reader.close()
 

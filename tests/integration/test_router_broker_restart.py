@@ -120,6 +120,8 @@ TRANSIENT = frozenset(
         KafkaError.LEADER_NOT_AVAILABLE,
         KafkaError._TIMED_OUT,
         KafkaError._TRANSPORT,
+        KafkaError._UNKNOWN_PARTITION,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
     }
 )
 

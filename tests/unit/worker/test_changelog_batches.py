@@ -75,6 +75,21 @@ def _install(wapp: Any, sender: FakeSender, max_batch_size: int = 16384) -> None
     wapp.app.producer._producer = aio
 
 
+def _barrier(wapp: Any) -> asyncio.Event:
+    """Set when a flush reaches the wait before the engines' batches (its
+    ``deliver_queued`` call): every other batch of it is queued by then."""
+    producer = wapp.app.producer
+    reached = asyncio.Event()
+    original = producer.deliver_queued
+
+    async def deliver_queued() -> None:
+        reached.set()
+        await original()
+
+    producer.deliver_queued = deliver_queued
+    return reached
+
+
 def _events(sessions: int, per_session: int) -> list[TraceEvent]:
     out = []
     for i in range(per_session):
@@ -239,7 +254,11 @@ def test_the_engines_changelog_records_wait_until_every_other_record_is_acknowle
         flusher = wapp.app.state_flusher
         flusher.WRITE_CHUNK = 5
 
+        reached = _barrier(wapp)
+
         async def flushed(flush: asyncio.Future[None]) -> None:
+            await asyncio.wait_for(reached.wait(), 5)
+            reached.clear()
             await asyncio.sleep(0.05)
             assert not flush.done()
             others = list(sender.sent)
@@ -294,8 +313,11 @@ def test_a_failed_batch_fails_every_later_flush(tmp_path: Path, how: str) -> Non
             with pytest.raises(DeliveryError, match=r"changelog\[\d\].*broker said no"):
                 await flusher.write_pending(pending, _no_flush)
         else:
+            deliver_queued = producer.deliver_queued
+            reached = _barrier(wapp)
             flush = asyncio.ensure_future(flusher.write_pending(pending, _no_flush))
-            waiter = asyncio.ensure_future(producer.deliver_queued())
+            await asyncio.wait_for(reached.wait(), 5)  # every other batch queued
+            waiter = asyncio.ensure_future(deliver_queued())
             await asyncio.sleep(0.05)
             assert not waiter.done() and not flush.done()  # waits for every batch
             assert sender.sent and sender.engine_batches() == []  # the engines' wait

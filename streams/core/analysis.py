@@ -62,6 +62,7 @@ from typing import Any, Final
 
 from streams.core.errors import ConfigError
 from streams.core.events import META_TASK, JsonValue, TraceEvent
+from streams.core.frozen import quick_init
 from streams.core.patterns import (
     AnalysisView,
     DetectorFactory,
@@ -198,6 +199,7 @@ def load_detector(spec: str) -> Any:
 
 
 @state_type("analysis.pending_call/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PendingCall:
     """A ``tool_call`` whose result has not arrived yet."""

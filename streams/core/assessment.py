@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias
 
+from streams.core.frozen import quick_init
 from streams.core.statecodec import state_type
 
 Severity: TypeAlias = Literal["info", "caution", "warning"]
@@ -49,6 +50,7 @@ def max_severity(*severities: Severity) -> Severity:
 
 
 @state_type("assessment.observation/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Observation:
     """A single observation about the trajectory; ``evidence`` cites calls."""
@@ -59,6 +61,7 @@ class Observation:
 
 
 @state_type("assessment/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Assessment:
     """The structured output of one observer run.
@@ -106,6 +109,7 @@ class Assessment:
 
 
 @state_type("assessment.current/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class CurrentAssessment:
     """The latest assessments of one session, for prompt injection.

@@ -54,6 +54,7 @@ from streams.core.assessment import (
 )
 from streams.core.errors import ConfigError, InvalidEventError
 from streams.core.events import META_OBSERVER_PROFILE, META_SNAPSHOT_ID, Budget, TraceEvent
+from streams.core.frozen import quick_init
 from streams.core.observers import (
     AnalysisView,
     ObserverConfig,
@@ -106,6 +107,7 @@ def _default_factory() -> BuilderFactory:
 
 
 @state_type("engine.pattern_detection/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PatternDetection:
     """A pattern that fired on one event of one session (``<prefix>.patterns``)."""
@@ -118,6 +120,7 @@ class PatternDetection:
 
 
 @state_type("engine.output/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class EngineOutput:
     """What one event produced; ``applied`` is False for duplicates."""

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final, Literal, TypeAlias
 
+from streams.core.frozen import quick_init
 from streams.core.statecodec import state_type
 
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
@@ -70,6 +71,7 @@ META_OUTPUT_TRUNCATED: Final = "output_truncated"
 
 
 @state_type("events.budget/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class Budget:
     """Resource constraints of a session, as set by its last ``budget`` event.
@@ -84,6 +86,7 @@ class Budget:
     max_tool_calls: int | None = None
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TraceEvent:
     """One event of one session's trajectory (see the module docstring)."""

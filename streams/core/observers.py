@@ -26,6 +26,7 @@ from typing import Protocol, runtime_checkable
 from streams.core.assessment import Assessment, AssessmentHistory
 from streams.core.errors import ConfigError
 from streams.core.events import Budget
+from streams.core.frozen import quick_init
 from streams.core.statecodec import state_type
 
 
@@ -118,6 +119,7 @@ class ObserverTrigger:
 
 
 @state_type("observers.observer_state/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ObserverState:
     """Per-observer execution counters (the specification's slice, in event ms)."""
@@ -128,6 +130,7 @@ class ObserverState:
     total_assessments: int = 0
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ObserverContext:
     """Everything an observer may look at, frozen at one point of the session.

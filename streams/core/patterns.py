@@ -32,11 +32,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol, runtime_checkable
 
 from streams.core.events import JsonValue
+from streams.core.frozen import quick_init
 from streams.core.similarity import ActionKind
 from streams.core.statecodec import state_type
 
 
 @state_type("tool_call_record/1")
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ToolCallRecord:
     """One completed tool call (see the architecture contract).
@@ -71,6 +73,7 @@ class ToolCallRecord:
 
 
 @state_type("pattern/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrajectoryPattern:
     """Base of every detected pattern (see the module invariants)."""
@@ -94,6 +97,7 @@ class TrajectoryPattern:
 
 
 @state_type("pattern.doom_loop/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DoomLoop(TrajectoryPattern):
     """The same cycle of actions repeated: the agent is going in circles."""
@@ -111,6 +115,7 @@ class DoomLoop(TrajectoryPattern):
 
 
 @state_type("pattern.repeated_error/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RepeatedError(TrajectoryPattern):
     """The same (normalized) error keeps coming back within the error window."""
@@ -126,6 +131,7 @@ class RepeatedError(TrajectoryPattern):
 
 
 @state_type("pattern.progress_stall/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ProgressStall(TrajectoryPattern):
     """No progress signal (success, new file, passing test, ...) for a while."""
@@ -142,6 +148,7 @@ class ProgressStall(TrajectoryPattern):
 
 
 @state_type("pattern.tool_avoidance/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolAvoidance(TrajectoryPattern):
     """A tool the session's own assessments suggested keeps not being used."""
@@ -157,6 +164,7 @@ class ToolAvoidance(TrajectoryPattern):
 
 
 @state_type("pattern.context_degradation/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextDegradation(TrajectoryPattern):
     """Signs the agent lost track of its context (re-reads, repeats, contradictions)."""
@@ -170,6 +178,7 @@ class ContextDegradation(TrajectoryPattern):
 
 
 @state_type("pattern.error_cascade/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ErrorCascade(TrajectoryPattern):
     """Consecutive failures; ``dominant_signature`` names a systemic cause if any."""
@@ -187,6 +196,7 @@ class ErrorCascade(TrajectoryPattern):
 
 
 @state_type("pattern.thrashing/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Thrashing(TrajectoryPattern):
     """Same tool over and over, or read→write→read→write alternation."""
@@ -202,6 +212,7 @@ class Thrashing(TrajectoryPattern):
 
 
 @state_type("pattern.drift/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Drift(TrajectoryPattern):
     """Most recent activity is on paths unrelated to the task's initial scope."""
@@ -217,6 +228,7 @@ class Drift(TrajectoryPattern):
 
 
 @state_type("pattern.file_churn/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FileChurn(TrajectoryPattern):
     """One file modified again and again in a short window (plugin example)."""
@@ -231,6 +243,7 @@ class FileChurn(TrajectoryPattern):
 
 
 @state_type("pattern.monologue/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Monologue(TrajectoryPattern):
     """The agent said the same (or nearly the same) thing again and again with no
@@ -246,6 +259,7 @@ class Monologue(TrajectoryPattern):
 
 
 @state_type("pattern.context_loop/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ContextLoop(TrajectoryPattern):
     """Context-window errors or condensations keep coming with no progress between them."""
@@ -261,6 +275,7 @@ class ContextLoop(TrajectoryPattern):
 
 
 @state_type("pattern.alternating_cycle/1")
+@quick_init
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AlternatingCycle(TrajectoryPattern):
     """Two different actions alternating A-B-A-B with near-identical arguments

@@ -137,11 +137,13 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
     events.sort(key=lambda e: (e.seq, e.session_id))
     a = WorkerProc(settings, tmp_path / "a")
     duplicates = 0
+    b_logs: list[Path] = []
     stream = SteadyEventProducer(settings, events, chunk=12, pause_s=0.25)
     try:
         stream.start()
         for cycle in range(2):
             b = WorkerProc(settings, tmp_path / f"b{cycle}")
+            b_logs.append(b.log_path)
             try:
                 deadline = time.monotonic() + 120
                 while time.monotonic() < deadline and not _stats(b).get("batches"):
@@ -158,9 +160,16 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
         assert sent < total, "the stream ended before the last leave: not under load"
         exp = expected_of(events)
         wait_all([a], exp, 150)
+        short = {}  # sessions whose counters missed events: say which, and where to look
         for sid, d in exp.items():
             body = state_any([a], sid)
-            assert body is not None and body["state"]["events"] == d["events"], sid
+            assert body is not None, sid
+            st = body["state"]
+            if st["events"] != d["events"]:
+                short[sid] = {k: st[k] for k in ("events", "last_seq", "seq_gaps", "tool_calls")}
+                short[sid]["expected"] = d["events"]
+                short[sid]["recent_seqs"] = [r.get("seq") for r in st["recent"]]
+        assert not short, (short, "worker logs:", a.log_path, *b_logs)
         stats_a = _stats(a)
         duplicates += int(stats_a["duplicates"])
         print(

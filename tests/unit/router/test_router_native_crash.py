@@ -11,6 +11,7 @@ sends the process SIGABRT (what a failed C assertion raises).
 from __future__ import annotations
 
 import os
+import selectors
 import signal
 import subprocess
 import sys
@@ -30,16 +31,28 @@ def test_a_native_abort_prints_every_thread_stack() -> None:
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
+    first = b""
     try:
-        time.sleep(3.0)  # past the imports, into its broker calls
-        assert proc.poll() is None, "the router exited before the signal"
+        # Wait until it is in its broker calls: librdkafka's first complaint about the
+        # unreachable broker comes after faulthandler is enabled and the clients are
+        # made.  (A fixed 3 s sleep signalled a router still importing on a loaded
+        # machine, before faulthandler was on: stderr stayed empty.)
+        assert proc.stderr is not None
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stderr, selectors.EVENT_READ)
+            deadline = time.monotonic() + 120
+            while b"rdkafka" not in first:
+                assert time.monotonic() < deadline, f"no librdkafka line in 120 s: {first!r}"
+                assert proc.poll() is None, f"the router exited before the signal: {first!r}"
+                if sel.select(timeout=1.0):
+                    first += proc.stderr.readline()
         proc.send_signal(signal.SIGABRT)
         _, err = proc.communicate(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
-    text = err.decode(errors="replace")
+    text = (first + err).decode(errors="replace")
     assert proc.returncode == -signal.SIGABRT
     assert "Fatal Python error: Aborted" in text, text[-2000:]
     assert "streams/router/router.py" in text or "streams/commands/router.py" in text, text[-2000:]

@@ -177,6 +177,18 @@ WEDGED_S = 15.0
 #: answered and then never sends the ``TxnOffsetCommit``, although the broker is
 #: back; with 15 s here the router routed nothing for 17-22 s after the restart.
 TXN_CALL_WEDGED_S = 3 * CALL_TIMEOUT_S
+#: A ``send_offsets_to_transaction`` or ``commit_transaction`` whose attempts all
+#: returned a retriable error (``_TIMED_OUT``, "retry call to resume") for this long
+#: counts as wedged too: the producer is replaced.  Seen after a broker restart on
+#: a busy machine (2026-12-02): the ``EndTxn`` request sat in the out-queue of
+#: librdkafka's ``TxnCoordinator`` handle ("Timed out 0 in-flight, 0 retry-queued,
+#: 1 out-queue") for the whole 120 s of :data:`BROKER_WAIT_S` although the broker
+#: was back, and the ``abort_transaction`` after it could only answer ``_CONFLICT``
+#: ("Conflicting commit_transaction API call is already in progress"): the router
+#: routed nothing for minutes, then stopped.  A new producer's ``init_transactions``
+#: talks to the coordinator over a new connection.  Below the default
+#: ``transaction.timeout.ms`` (60 s), far above a commit during a short outage.
+TXN_STUCK_S = 30.0
 #: ``close()``'s ``consumer.close()`` is left to a helper thread after
 #: :data:`CALL_TIMEOUT_S` once a stop is requested (SIGTERM), else after this long
 #: (a close at the end of ``run(max_seconds=...)`` or after a failure, as a library
@@ -571,6 +583,9 @@ class Router:
         #: Inside on_revoke / on_lost: a rewind after an abort waits (_rewind_after_abort).
         self._in_rebalance = False
         self._rewind_due = False
+        #: a producer replaced inside a rebalance callback: the rewind's committed-
+        #: offset look-up (_first_from_committed) waits for the loop too
+        self._lookup_due = False
         self._failed = False  # set by a fatal error or a bug: never commit after it
         self._abandoned = False  # stopped while the broker was unreachable (_Abandoned)
         #: :meth:`close` gave up waiting for the consumer's close (see _close_consumer)
@@ -586,6 +601,7 @@ class Router:
         #: The consumer _restart_consumer replaced (its callbacks are ignored).
         self._retired_consumer: Consumer | None = None
         self._replaced_producers = 0
+        self._retired_producers: list[Producer] = []
         self._producer_dead = False  # fatal producer error (e.g. fenced): do not use it
         self._fatal_cause: str | None = None
         self._txn_started = 0.0
@@ -1158,6 +1174,7 @@ class Router:
         *,
         txn: bool = True,
         direct: bool = False,
+        stuck_s: float | None = None,
     ) -> None:
         """Run a blocking librdkafka call with :data:`CALL_TIMEOUT_S` per attempt.
 
@@ -1168,7 +1185,8 @@ class Router:
         swallowed by a blocked call.  ``txn=False``: not a transaction call (no
         abortable errors expected).  ``direct``: call it in this thread, not through
         :meth:`_bounded` (already in a helper thread that the loop watches: each
-        extra thread hand-off waits for the GIL held by the busy loop).
+        extra thread hand-off waits for the GIL held by the busy loop).  ``stuck_s``:
+        retriable errors for that long raise :class:`_Wedged` (see :data:`TXN_STUCK_S`).
         """
         started = time.monotonic()
         warned = 0.0
@@ -1186,6 +1204,10 @@ class Router:
                 now = time.monotonic()
                 if self._stop.is_set():
                     raise _Abandoned(f"{what}: {kerr}") from exc
+                if stuck_s is not None and now - started >= stuck_s:
+                    raise _Wedged(
+                        f"{what} kept failing for {now - started:.0f} s (last: {kerr})"
+                    ) from exc
                 if now - started >= BROKER_WAIT_S:
                     self._failed = True
                     raise DeliveryError.from_kafka(
@@ -1288,6 +1310,7 @@ class Router:
         self._sent_at.clear()
         self._paused.clear()  # the new consumer starts with nothing paused
         self._rewind_due = False  # the new consumer starts from the committed offsets
+        self._lookup_due = False
         self._first.clear()
         if old is not None:
             # Its rebalance callbacks are ignored from now on (they would edit the new
@@ -1326,6 +1349,11 @@ class Router:
             why,
             self._txn_msgs,
         )
+        if self._producer is not None:
+            # kept referenced, never destroyed here: librdkafka's destroy of a client
+            # with a request stuck in a coordinator's queue can block (as a consumer's
+            # close does: _close_consumer); the last few are enough (one per wedge)
+            self._retired_producers = [*self._retired_producers[-3:], self._producer]
         self._producer = Producer(self._producer_conf)
         producer = self._producer
         try:
@@ -1348,7 +1376,61 @@ class Router:
         self._aborted_msgs += self._txn_msgs
         self._replaced_producers += 1
         if rewind:
+            if self._in_rebalance:
+                # (no look-up inside a rebalance callback: it does not return there;
+                # the loop makes it right after the consume() call, before the seek)
+                self._lookup_due = True
+            else:
+                self._first_from_committed()
             self._rewind_after_abort()
+
+    def _first_from_committed(self) -> None:
+        """After a replaced producer, rewind to the group's committed offsets.
+
+        Whether the given-up transaction committed is unknown here: a commit that
+        kept timing out may have reached the coordinator before the broker went
+        away, and the new producer's ``init_transactions`` then completed it.  The
+        committed offsets (written only by our transactions) say which: a partition
+        whose committed offset is past its first uncommitted message (``_first``)
+        had that batch committed, and seeking back to ``_first`` would route it
+        twice.  A partition with no committed offset keeps ``_first``.  A look-up
+        that fails stops the router loudly (a restart resumes from the committed
+        offsets: nothing lost or doubled).
+        """
+        consumer = self._consumer
+        if consumer is None or not self._first:
+            return
+        tps = [
+            TopicPartition(t, p) for (t, p) in self._first if TopicPartition(t, p) in self._assigned
+        ]
+        if not tps:
+            return
+        got: list[list[TopicPartition]] = []
+        try:
+            self._broker_call(
+                "committed offsets after replacing the producer",
+                lambda t: got.append(consumer.committed(tps, timeout=t)),
+                txn=False,
+            )
+        except (KafkaException, _Wedged) as exc:
+            self._failed = True
+            raise DeliveryError(
+                f"could not read the committed offsets after replacing the transactional "
+                f"producer: {exc}; stopping (a restart resumes from the committed offsets)"
+            ) from exc
+        for tp in got[-1]:
+            if tp.error is None and tp.offset >= 0:
+                key = (tp.topic, tp.partition)
+                if tp.offset != self._first.get(key):
+                    log.info(
+                        "%s[%d]: committed offset %d (first uncommitted message was %s): "
+                        "rewinding to the committed offset",
+                        tp.topic,
+                        tp.partition,
+                        tp.offset,
+                        self._first.get(key),
+                    )
+                self._first[key] = tp.offset
 
     def _run(
         self,
@@ -1448,6 +1530,10 @@ class Router:
             # an abort inside a rebalance callback (_rewind_after_abort): what this
             # call returned lies past the aborted batch; it is read again
             self._rewind_due = False
+            if self._lookup_due:  # (a producer replaced inside the callback)
+                self._lookup_due = False
+                self._note_consumed(msgs)
+                self._first_from_committed()
             self._seek_back(msgs)
             msgs = []
             caught_up = False
@@ -2054,8 +2140,11 @@ class Router:
                 "send_offsets_to_transaction",
                 lambda t: producer.send_offsets_to_transaction(positions, metadata, t),
                 direct=direct,
+                stuck_s=TXN_STUCK_S,
             )
-        self._broker_call("commit_transaction", producer.commit_transaction, direct=direct)
+        self._broker_call(
+            "commit_transaction", producer.commit_transaction, direct=direct, stuck_s=TXN_STUCK_S
+        )
 
     def _start_commit(self) -> None:
         """Exactly-once: commit the open batch's transaction in a helper thread.

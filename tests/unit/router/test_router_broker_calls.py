@@ -360,3 +360,98 @@ def test_a_stall_is_partitions_behind_at_two_checks_in_a_row() -> None:
     assert not done.restart and done.suspects == frozenset()
     # an empty partition with no committed offset is not behind
     assert plan_stall({}, {}, {c: 0}, frozenset({c})).behind == {}
+
+
+def test_a_transaction_call_that_keeps_timing_out_is_wedged_after_txn_stuck_s(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """commit_transaction answering ``_TIMED_OUT`` attempt after attempt (its EndTxn
+    stuck in librdkafka's out-queue after a broker restart) is given up after
+    TXN_STUCK_S as wedged, so the producer is replaced, long before BROKER_WAIT_S."""
+    monkeypatch.setattr(router_mod, "CALL_TIMEOUT_S", 0.01)
+    monkeypatch.setattr(router_mod, "BROKER_WAIT_S", 30.0)
+    calls: list[float] = []
+
+    def call(timeout: float) -> None:
+        calls.append(timeout)
+        time.sleep(0.02)
+        raise KafkaException(_error(retriable=True))
+
+    t0 = time.monotonic()
+    with pytest.raises(_Wedged, match=r"commit_transaction kept failing for \d+ s"):
+        _router()._broker_call("commit_transaction", call, direct=True, stuck_s=0.3)
+    assert 0.3 <= time.monotonic() - t0 < 10
+    assert len(calls) > 1  # retried until then
+
+
+def test_without_stuck_s_retriable_errors_still_wait_for_broker_wait(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(router_mod, "BROKER_WAIT_S", 0.2)
+
+    def call(timeout: float) -> None:
+        time.sleep(0.05)
+        raise KafkaException(_error(retriable=True))
+
+    with pytest.raises(DeliveryError):
+        _router()._broker_call("init_transactions", call, txn=False, direct=True)
+
+
+class _CommittedConsumer(_SeekRecorder):
+    def __init__(self, committed: dict[tuple[str, int], int]) -> None:
+        super().__init__()
+        self.committed_offsets = committed
+        self.asked: list[list[tuple[str, int]]] = []
+
+    def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+        self.asked.append(sorted((tp.topic, tp.partition) for tp in tps))
+        return [
+            TopicPartition(
+                tp.topic, tp.partition, self.committed_offsets.get((tp.topic, tp.partition), -1001)
+            )
+            for tp in tps
+        ]
+
+
+def test_after_a_replaced_producer_the_rewind_goes_to_the_committed_offsets() -> None:
+    """The given-up commit may have committed (init_transactions of the new producer
+    completes it): the committed offset then lies past the batch's first message and
+    the rewind goes there (no batch routed twice); where nothing is committed the
+    first uncommitted message stays the target; revoked partitions are not asked."""
+    router = _router()
+    consumer = _CommittedConsumer({("t.session.a", 0): 25, ("t.session.b", 0): 7})
+    router._consumer = consumer  # type: ignore[assignment]
+    router._assigned = {
+        TopicPartition("t.session.a", 0),
+        TopicPartition("t.session.b", 0),
+        TopicPartition("t.session.n", 0),
+    }
+    router._first = {
+        ("t.session.a", 0): 10,  # its batch committed after all: up to 25
+        ("t.session.b", 0): 7,  # aborted: committed offset == first uncommitted
+        ("t.session.n", 0): 0,  # nothing ever committed
+        ("t.session.gone", 0): 4,  # revoked meanwhile
+    }
+    router._first_from_committed()
+    assert consumer.asked == [[("t.session.a", 0), ("t.session.b", 0), ("t.session.n", 0)]]
+    router._seek_back()
+    assert sorted(consumer.seeks) == [
+        ("t.session.a", 0, 25),
+        ("t.session.b", 0, 7),
+        ("t.session.n", 0, 0),
+    ]
+
+
+def test_a_failed_committed_offset_lookup_stops_the_router_loudly() -> None:
+    router = _router()
+
+    class _Failing(_SeekRecorder):
+        def committed(self, tps: list[TopicPartition], timeout: float) -> list[TopicPartition]:
+            raise KafkaException(_error())
+
+    router._consumer = _Failing()  # type: ignore[assignment]
+    router._assigned = {TopicPartition("t.session.a", 0)}
+    router._first = {("t.session.a", 0): 3}
+    with pytest.raises(DeliveryError, match="committed offsets after replacing"):
+        router._first_from_committed()
+    assert router._failed

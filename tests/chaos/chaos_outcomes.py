@@ -64,7 +64,12 @@ def every_kill_recovered(r: ChaosResult) -> str | None:
     if r.config.broker_restart and r.worker_recovery_after_broker_s is None:
         bad.append("worker after the broker restart")
     limit = r.config.recovery_timeout_s
-    return None if not bad else f"no recovery within {limit:.0f}s: {bad}"
+    after_broker = r.config.broker_recovery_timeout_s
+    return (
+        None
+        if not bad
+        else f"no recovery within {limit:.0f}s ({after_broker:.0f}s after the broker): {bad}"
+    )
 
 
 def compare_live_clean(r: ChaosResult) -> str | None:

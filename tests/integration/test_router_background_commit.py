@@ -174,12 +174,20 @@ def _run_in_thread(router: Router) -> threading.Thread:
 
 
 def _wait(cond: Any, timeout: float, what: str) -> None:
+    assert _until(cond, timeout), f"timed out waiting for {what}"
+
+
+def _until(cond: Any, timeout: float) -> bool:
+    """Poll ``cond`` for up to ``timeout`` s; whether it came true."""
     deadline = time.monotonic() + timeout
     while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        if time.monotonic() >= deadline:
+            return False
         time.sleep(0.05)
+    return True
 
 
+@pytest.mark.timeout(900)  # up to five joins of 90 s each on a busy machine
 @pytest.mark.parametrize("commit", ["succeeds", "fails"])
 def test_a_rebalance_during_a_background_commit_hands_over_exactly_once(
     settings: Settings, create_topics: Any, slow_commits: None, commit: str
@@ -222,7 +230,10 @@ def test_a_rebalance_during_a_background_commit_hands_over_exactly_once(
             b = Router(settings, _config(f"{settings.prefix}.slow.b{i}"))
             b.start()
             bs.append((b, _run_in_thread(b)))
-            _wait(functools.partial(revoked_since, seen), 60, "router b's join to revoke in a")
+            # a busy machine can take longer than a minute for one rebalance (CI,
+            # 2026-12-02); a join that revoked nothing yet is no failure by itself:
+            # the next b joins, and the assert below says if none ever revoked
+            _until(functools.partial(revoked_since, seen), 90)
             if a.revoked_in_flight >= 1:
                 break
         _wait(lambda: routed() >= len(expected), 120, "the routers to route the backlog")

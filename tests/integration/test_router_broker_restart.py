@@ -137,7 +137,9 @@ def written_counts(settings: Settings) -> dict[str, int]:
     restart (22,691 events still queued when it gave up), which is no router loss.
     """
     reader = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "brk-watermarks"})
-    deadline = time.monotonic() + 60
+    began = time.monotonic()
+    deadline = began + 120
+    seen: list[str] = []
     try:
         while True:
             try:
@@ -153,11 +155,37 @@ def written_counts(settings: Settings) -> dict[str, int]:
                 # broker session timeout, under CI load)
                 kerr = exc.args[0]
                 transient = kerr.retriable() or kerr.code() in TRANSIENT
+                seen.append(f"{time.monotonic() - began:.1f}s {kerr.name()}")
                 if not transient or time.monotonic() > deadline:
-                    raise
+                    # (a fresh-clone CI run saw _UNKNOWN_PARTITION for 60 s after a
+                    # thaw: say what the broker's metadata held meanwhile)
+                    raise AssertionError(
+                        f"watermarks unreadable for {time.monotonic() - began:.0f} s: "
+                        f"{seen[:3]} ... {seen[-3:]}; metadata now: "
+                        f"{_partition_view(reader, settings)}"
+                    ) from exc
                 time.sleep(0.5)
     finally:
         reader.close()
+
+
+def _partition_view(reader: Consumer, settings: Settings) -> str:
+    """Leader and error per partition of each session topic, as metadata has them."""
+    try:
+        md = reader.list_topics(timeout=10)
+    except KafkaException as exc:
+        return f"list_topics failed: {exc}"
+    parts = []
+    for sid in SESSIONS:
+        tm = md.topics.get(settings.session_topic(sid))
+        if tm is None:
+            parts.append(f"{sid}: no topic")
+            continue
+        parts.append(
+            f"{sid}: error={tm.error} "
+            + ",".join(f"p{p.id} leader={p.leader} err={p.error}" for p in tm.partitions.values())
+        )
+    return "; ".join(parts)
 
 
 @pytest.mark.parametrize("guarantee", ["exactly-once", "at-least-once"])

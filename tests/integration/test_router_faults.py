@@ -96,10 +96,15 @@ def test_refused_dead_letter_aborts_then_gives_up_loudly_then_recovers(
     assert "too large" in message.lower(), message  # the broker's reason is surfaced
     stats = router.stats()
     assert stats.aborts == 3
-    assert stats.routed == 50  # the five batches before the bad one committed
+    # The batches before the bad one committed: five of 10 when every batch fills
+    # up; fewer events when a slow machine cut a batch on batch_max_ms or a
+    # rebalance cut one short.  Never the bad record's batch, never past it.
+    routed = stats.routed
+    assert 0 < routed <= 50, stats
+    assert stats.aborted_messages >= 3, stats  # the bad record at least, each time
 
-    before_fix = committed_events(settings, 50)
-    assert sorted(before_fix) == [("s1", i) for i in range(50)]
+    before_fix = committed_events(settings, routed)
+    assert sorted(before_fix) == [("s1", i) for i in range(routed)], stats
 
     # The operator raises the DLQ limit; a restart (same transactional id) finishes.
     resource = ConfigResource(
@@ -111,9 +116,10 @@ def test_refused_dead_letter_aborts_then_gives_up_loudly_then_recovers(
     )
     for fut in admin.incremental_alter_configs([resource]).values():
         fut.result(30)
+    rest = 100 - routed
     with Router(settings, config) as again:
-        final = again.run(until=lambda s: s.routed >= 50 and s.dead_lettered >= 1, max_seconds=60)
-    assert (final.routed, final.dead_lettered) == (50, 1)
+        final = again.run(until=lambda s: s.routed >= rest and s.dead_lettered >= 1, max_seconds=60)
+    assert (final.routed, final.dead_lettered) == (rest, 1)
     after = committed_events(settings, 100)
     assert sorted(after) == [("s1", i) for i in range(100)]  # each exactly once
 

@@ -120,9 +120,16 @@ def test_init_transactions_keeps_the_longer_wedge_limit(monkeypatch: pytest.Monk
     release.set()
 
 
+@pytest.mark.parametrize(
+    ("what", "kwargs"),
+    [("commit_transaction", {}), ("init_transactions", {"txn": False, "direct": True})],
+    ids=["commit", "init-direct"],
+)
 def test_giving_up_after_broker_wait_is_a_loud_delivery_error(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, what: str, kwargs: dict[str, bool]
 ) -> None:
+    """Without ``stuck_s`` (every call but the two in a transaction) retriable errors
+    wait out BROKER_WAIT_S, then stop the router loudly."""
     monkeypatch.setattr(router_mod, "BROKER_WAIT_S", 0.2)
 
     def call(timeout: float) -> None:
@@ -130,7 +137,7 @@ def test_giving_up_after_broker_wait_is_a_loud_delivery_error(
         raise KafkaException(_error(retriable=True))
 
     with pytest.raises(DeliveryError, match=r"is the broker at 127\.0\.0\.1:1 up"):
-        _router()._broker_call("commit_transaction", call)
+        _router()._broker_call(what, call, **kwargs)  # type: ignore[arg-type]
 
 
 class _SeekRecorder:
@@ -382,19 +389,6 @@ def test_a_transaction_call_that_keeps_timing_out_is_wedged_after_txn_stuck_s(
         _router()._broker_call("commit_transaction", call, direct=True, stuck_s=0.3)
     assert 0.3 <= time.monotonic() - t0 < 10
     assert len(calls) > 1  # retried until then
-
-
-def test_without_stuck_s_retriable_errors_still_wait_for_broker_wait(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    monkeypatch.setattr(router_mod, "BROKER_WAIT_S", 0.2)
-
-    def call(timeout: float) -> None:
-        time.sleep(0.05)
-        raise KafkaException(_error(retriable=True))
-
-    with pytest.raises(DeliveryError):
-        _router()._broker_call("init_transactions", call, txn=False, direct=True)
 
 
 class _CommittedConsumer(_SeekRecorder):

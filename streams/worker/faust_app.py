@@ -525,6 +525,19 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                 processor.evict()
         written = time.perf_counter()
         if not commit_offsets:
+            if pending:
+                # Nothing to commit, but values were queued to the changelogs in (4):
+                # they must be acknowledged before this returns all the same.  At a
+                # revoke or a stop another worker recovers these partitions next, and
+                # reads their changelogs up to the high watermark it finds: a write
+                # still in flight then lands after that read, and that worker resumes
+                # from the committed offsets with the older value (seq gaps: seen in
+                # test_worker_recovery's clean-rebalance test, 2026-12-02).
+                try:
+                    await self.app.producer.flush()
+                except (ProducerSendError, DeliveryError) as exc:
+                    log.critical("%s; stopping the worker", exc)
+                    await self.crash(exc)
             return False
         try:
             await self._handle_attached(commit_offsets)
@@ -1234,11 +1247,13 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         # then make the changelog writes durable before another worker can recover
         # these partitions.
         async with flusher.lock:
-            n, batches = flusher.collect_now()
+            _, batches = flusher.collect_now()
             processor.drop_caches()
             await flusher.send(batches)
-        if n:
-            await app.producer.flush()
+        # Always, not only when this flush wrote something: every changelog write
+        # queued before (the revoke's commit, a timer's) must be acknowledged before
+        # the next owner reads these changelogs' high watermarks (_commit_tps).
+        await app.producer.flush()
 
     changelogs = [changelog_topic(settings, name) for name in flusher.tables]
 

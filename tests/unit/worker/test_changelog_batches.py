@@ -539,3 +539,63 @@ def test_a_flush_writes_the_engines_rocksdb_batches_last() -> None:
     ]
     flusher.write(writes, Batches())  # type: ignore[arg-type]
     assert order == ["sessions", "engines"]
+
+
+def test_a_commit_with_no_offset_to_commit_still_waits_for_its_changelog_writes(
+    tmp_path: Path,
+) -> None:
+    """A commit that wrote values but has no offset to commit (all committed before:
+    a revoke right after a periodic commit, timer-made changes) returned with its
+    engines' batches still in flight, and the revoke after it flushed nothing more:
+    the next owner read the changelog's high watermark before they landed and
+    resumed with older values (test_worker_recovery's clean-rebalance test,
+    2026-12-02: a session's counters 4 events short).  Now it returns only once
+    Kafka acknowledged every batch it queued."""
+    from faust.types import TP
+
+    async def run() -> None:
+        wapp = _app(tmp_path)
+        sender = FakeSender()
+        _install(wapp, sender)
+        consumer = wapp.app.consumer
+        events_tp = TP(wapp.settings.events_topic, 0)
+        committed: list[dict[Any, int]] = []
+
+        async def _commit(offsets: dict[Any, int]) -> bool:
+            committed.append(dict(offsets))
+            return True
+
+        consumer._filter_committable_offsets = lambda tps: {}  # nothing new to commit
+        consumer.assignment = lambda: {events_tp}
+        consumer._commit = _commit
+        wapp.app.tables.on_commit = lambda offsets: None
+        consumer._flush_all_engines = True  # as at a revoke or a stop (wait_empty)
+        _apply(wapp, _events(sessions=6, per_session=1))
+
+        hold_engines = True
+
+        async def kafka_answers() -> None:
+            while True:  # every batch but the engines' ones, until released
+                await asyncio.sleep(0.01)
+                for topic, partition, _, fut in sender.sent:
+                    if not fut.done() and (not hold_engines or "engines" not in topic):
+                        fut.set_result(_acked(topic, partition, 0))
+
+        answers = asyncio.ensure_future(kafka_answers())
+        try:
+            commit = asyncio.ensure_future(consumer._commit_tps([events_tp], False))
+            for _ in range(500):
+                if sender.engine_batches():
+                    break
+                await asyncio.sleep(0.01)
+            assert sender.engine_batches(), "the flush queued no engines' batch"
+            await asyncio.sleep(0.2)
+            assert not commit.done(), "returned with changelog writes unacknowledged"
+            hold_engines = False
+            did = await asyncio.wait_for(commit, 10)
+        finally:
+            answers.cancel()
+        assert did is False and committed == []
+        assert all(fut.done() for *_, fut in sender.sent)
+
+    asyncio.run(run())

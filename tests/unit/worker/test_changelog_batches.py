@@ -398,6 +398,34 @@ def test_later_flushes_queue_after_earlier_ones_and_the_last_value_wins(tmp_path
     asyncio.run(run())
 
 
+def _committing(
+    tmp_path: Path, *, offset: int | None
+) -> tuple[Any, FakeSender, Any, list[dict[Any, int]]]:
+    """An app whose real consumer's ``_commit_tps`` can run: batches go to a
+    :class:`FakeSender`, the offset commits to the returned list; events partition 0
+    has ``offset`` to commit (None: nothing new), and six sessions have one event
+    applied each.  Returns (app, sender, events partition, commits)."""
+    from faust.types import TP
+
+    wapp = _app(tmp_path)
+    sender = FakeSender()
+    _install(wapp, sender)
+    consumer = wapp.app.consumer
+    events_tp = TP(wapp.settings.events_topic, 0)
+    committed: list[dict[Any, int]] = []
+
+    async def _commit(offsets: dict[Any, int]) -> bool:
+        committed.append(dict(offsets))
+        return True
+
+    consumer._filter_committable_offsets = lambda tps: {} if offset is None else {events_tp: offset}
+    consumer.assignment = lambda: {events_tp}
+    consumer._commit = _commit
+    wapp.app.tables.on_commit = lambda offsets: None
+    _apply(wapp, _events(sessions=6, per_session=1))
+    return wapp, sender, events_tp, committed
+
+
 @pytest.mark.parametrize("fail", [False, True])
 def test_a_failed_batch_stops_the_commit_before_any_offset_is_committed(
     tmp_path: Path, fail: bool
@@ -407,30 +435,16 @@ def test_a_failed_batch_stops_the_commit_before_any_offset_is_committed(
     producer flush waits for the batches.  One batch failing -> the worker crashes
     with :class:`DeliveryError` and the offsets are never committed; all
     acknowledged -> they are (the control that shows the spy sees commits)."""
-    from faust.types import TP
 
     async def run() -> None:
-        wapp = _app(tmp_path)
-        sender = FakeSender()
-        _install(wapp, sender)
+        wapp, sender, events_tp, committed = _committing(tmp_path, offset=10)
         consumer = wapp.app.consumer
-        events_tp = TP(wapp.settings.events_topic, 0)
-        committed: list[dict[Any, int]] = []
         crashed: list[BaseException] = []
-
-        async def _commit(offsets: dict[Any, int]) -> bool:
-            committed.append(dict(offsets))
-            return True
 
         async def _crash(exc: BaseException) -> None:
             crashed.append(exc)
 
-        consumer._filter_committable_offsets = lambda tps: {events_tp: 10}
-        consumer.assignment = lambda: {events_tp}
-        consumer._commit = _commit
         consumer.crash = _crash
-        wapp.app.tables.on_commit = lambda offsets: None
-        _apply(wapp, _events(sessions=6, per_session=1))
 
         async def kafka_answers() -> None:
             while not sender.sent:  # the flush queues them, then waits for them
@@ -551,26 +565,11 @@ def test_a_commit_with_no_offset_to_commit_still_waits_for_its_changelog_writes(
     resumed with older values (test_worker_recovery's clean-rebalance test,
     2026-12-02: a session's counters 4 events short).  Now it returns only once
     Kafka acknowledged every batch it queued."""
-    from faust.types import TP
 
     async def run() -> None:
-        wapp = _app(tmp_path)
-        sender = FakeSender()
-        _install(wapp, sender)
+        wapp, sender, events_tp, committed = _committing(tmp_path, offset=None)
         consumer = wapp.app.consumer
-        events_tp = TP(wapp.settings.events_topic, 0)
-        committed: list[dict[Any, int]] = []
-
-        async def _commit(offsets: dict[Any, int]) -> bool:
-            committed.append(dict(offsets))
-            return True
-
-        consumer._filter_committable_offsets = lambda tps: {}  # nothing new to commit
-        consumer.assignment = lambda: {events_tp}
-        consumer._commit = _commit
-        wapp.app.tables.on_commit = lambda offsets: None
         consumer._flush_all_engines = True  # as at a revoke or a stop (wait_empty)
-        _apply(wapp, _events(sessions=6, per_session=1))
 
         hold_engines = True
 

@@ -583,9 +583,6 @@ class Router:
         #: Inside on_revoke / on_lost: a rewind after an abort waits (_rewind_after_abort).
         self._in_rebalance = False
         self._rewind_due = False
-        #: a producer replaced inside a rebalance callback: the rewind's committed-
-        #: offset look-up (_first_from_committed) waits for the loop too
-        self._lookup_due = False
         self._failed = False  # set by a fatal error or a bug: never commit after it
         self._abandoned = False  # stopped while the broker was unreachable (_Abandoned)
         #: :meth:`close` gave up waiting for the consumer's close (see _close_consumer)
@@ -1310,7 +1307,6 @@ class Router:
         self._sent_at.clear()
         self._paused.clear()  # the new consumer starts with nothing paused
         self._rewind_due = False  # the new consumer starts from the committed offsets
-        self._lookup_due = False
         self._first.clear()
         if old is not None:
             # Its rebalance callbacks are ignored from now on (they would edit the new
@@ -1376,61 +1372,11 @@ class Router:
         self._aborted_msgs += self._txn_msgs
         self._replaced_producers += 1
         if rewind:
-            if self._in_rebalance:
-                # (no look-up inside a rebalance callback: it does not return there;
-                # the loop makes it right after the consume() call, before the seek)
-                self._lookup_due = True
-            else:
-                self._first_from_committed()
+            # (to the first uncommitted message, with no committed-offset look-up: after
+            # a broker restart, when producers are replaced, a look-up can block the
+            # loop for minutes; the given-up commit may have landed, though: then the
+            # batch is routed twice, docs/kafka-notes.md)
             self._rewind_after_abort()
-
-    def _first_from_committed(self) -> None:
-        """After a replaced producer, rewind to the group's committed offsets.
-
-        Whether the given-up transaction committed is unknown here: a commit that
-        kept timing out may have reached the coordinator before the broker went
-        away, and the new producer's ``init_transactions`` then completed it.  The
-        committed offsets (written only by our transactions) say which: a partition
-        whose committed offset is past its first uncommitted message (``_first``)
-        had that batch committed, and seeking back to ``_first`` would route it
-        twice.  A partition with no committed offset keeps ``_first``.  A look-up
-        that fails stops the router loudly (a restart resumes from the committed
-        offsets: nothing lost or doubled).
-        """
-        consumer = self._consumer
-        if consumer is None or not self._first:
-            return
-        tps = [
-            TopicPartition(t, p) for (t, p) in self._first if TopicPartition(t, p) in self._assigned
-        ]
-        if not tps:
-            return
-        got: list[list[TopicPartition]] = []
-        try:
-            self._broker_call(
-                "committed offsets after replacing the producer",
-                lambda t: got.append(consumer.committed(tps, timeout=t)),
-                txn=False,
-            )
-        except (KafkaException, _Wedged) as exc:
-            self._failed = True
-            raise DeliveryError(
-                f"could not read the committed offsets after replacing the transactional "
-                f"producer: {exc}; stopping (a restart resumes from the committed offsets)"
-            ) from exc
-        for tp in got[-1]:
-            if tp.error is None and tp.offset >= 0:
-                key = (tp.topic, tp.partition)
-                if tp.offset != self._first.get(key):
-                    log.info(
-                        "%s[%d]: committed offset %d (first uncommitted message was %s): "
-                        "rewinding to the committed offset",
-                        tp.topic,
-                        tp.partition,
-                        tp.offset,
-                        self._first.get(key),
-                    )
-                self._first[key] = tp.offset
 
     def _run(
         self,
@@ -1530,10 +1476,6 @@ class Router:
             # an abort inside a rebalance callback (_rewind_after_abort): what this
             # call returned lies past the aborted batch; it is read again
             self._rewind_due = False
-            if self._lookup_due:  # (a producer replaced inside the callback)
-                self._lookup_due = False
-                self._note_consumed(msgs)
-                self._first_from_committed()
             self._seek_back(msgs)
             msgs = []
             caught_up = False

@@ -140,7 +140,8 @@ class RouterMetrics:
             "Consumers the router replaced, by reason: fenced (the group fenced it), "
             "discovery (session topics left without a live owner), stall (partitions "
             "with records it did not fetch), cut_off (its connections broken while "
-            "the cluster answered another client)",
+            "the cluster answered another client), commit_unknown (after a commit given "
+            "up with its outcome unknown: the new one resumes from the committed offsets)",
             ["reason"],
             registry=r,
         )

@@ -164,8 +164,9 @@ BROKER_WAIT_S = 120.0
 #: librdkafka issues #5456 and #5511).  Every transactional call therefore runs in
 #: a helper thread; a wedged one is left there and the producer is replaced by a
 #: new one with the same transactional id (``init_transactions`` fences the old
-#: one and aborts its transaction; the consumer is rewound to the committed
-#: offsets).  Far above a normal commit (milliseconds).
+#: one and ends its transaction; the consumer is rewound to the batch's first
+#: message, or replaced when a given-up commit may have committed:
+#: :meth:`Router._replace_producer`).  Far above a normal commit (milliseconds).
 WEDGED_S = 15.0
 #: The same for one attempt of a call inside a transaction (``send_offsets_to_
 #: transaction``, ``commit_transaction``, ``abort_transaction``), where a wedge
@@ -347,6 +348,13 @@ class _ConsumerFenced(Exception):
 
 class _Wedged(Exception):
     """A librdkafka call did not return within :data:`WEDGED_S` (internal signal)."""
+
+
+class _WedgedCommit(_Wedged):
+    """A ``commit_transaction`` given up (wedged, or stuck in timeouts): whether its
+    transaction committed is unknown (internal signal).  Its ``EndTxn`` may have
+    reached the coordinator before the answer was lost; the next producer's
+    ``init_transactions`` then completes that commit instead of aborting it."""
 
 
 class _Abandoned(Exception):
@@ -595,9 +603,16 @@ class Router:
         #: or _FATAL): the loop replaces it at the end of this step (never from inside
         #: a rebalance callback), without waiting for the fatal error to be consumed.
         self._consumer_fenced: str | None = None
+        #: Why the outcome of a given-up commit is unknown (:class:`_WedgedCommit`):
+        #: the loop replaces the consumer at the end of this step, and the new one
+        #: resumes from the group's committed offsets, which say whether that batch
+        #: committed (:meth:`_replace_producer`).  What is consumed meanwhile is dropped.
+        self._commit_unknown: str | None = None
         #: The consumer _restart_consumer replaced (its callbacks are ignored).
         self._retired_consumer: Consumer | None = None
         self._replaced_producers = 0
+        self._unknown_commits = 0
+        self._unknown_msgs = 0
         self._retired_producers: list[Producer] = []
         self._producer_dead = False  # fatal producer error (e.g. fenced): do not use it
         self._fatal_cause: str | None = None
@@ -1267,21 +1282,24 @@ class Router:
 
         return Consumer({**self._consumer_conf, "on_commit": on_commit})
 
-    def _restart_consumer(self, why: str, reason: str) -> None:
+    def _restart_consumer(self, why: str, reason: str, *, counted: bool = True) -> None:
         """Replace a consumer that hit a fatal error, or that the group no longer
-        counts as itself (:meth:`_check_discovery`); see :data:`MAX_CONSUMER_RESTARTS`.
+        counts as itself (:meth:`_check_discovery`); see :data:`MAX_CONSUMER_RESTARTS`
+        (``counted=False``: a restart that is no sign of a duplicate instance id, after
+        a commit whose outcome is unknown, :meth:`_replace_producer`).
 
         The open batch is given up first (exactly-once: its transaction aborted;
         at-least-once: its offsets are not committed), so the new consumer starts
         from the committed offsets: nothing is lost, nothing doubled for
         read_committed readers (at-least-once: repeats, as after a crash).
         """
-        now = time.monotonic()
-        if now - self._last_consumer_restart > CONSUMER_RESTART_WINDOW_S:
-            self._consumer_restarts = 0  # (each broker restart fences the consumer once)
-        self._last_consumer_restart = now
-        self._consumer_fenced = None
-        self._consumer_restarts += 1
+        self._consumer_fenced = self._commit_unknown = None  # (both settled by this restart)
+        if counted:
+            now = time.monotonic()
+            if now - self._last_consumer_restart > CONSUMER_RESTART_WINDOW_S:
+                self._consumer_restarts = 0  # (each broker restart fences the consumer once)
+            self._last_consumer_restart = now
+            self._consumer_restarts += 1
         if self._consumer_restarts > MAX_CONSUMER_RESTARTS:
             self._failed = True
             raise DeliveryError(
@@ -1331,19 +1349,31 @@ class Router:
         self._next_discovery = time.monotonic() + 2 * DISCOVERY_CHECK_S
         self._last_discovery = self._next_discovery
 
-    def _replace_producer(self, why: str, *, rewind: bool = True) -> None:
+    def _replace_producer(self, why: str, *, rewind: bool = True, unknown: int = 0) -> None:
         """Exactly-once: give up a wedged producer (see :data:`WEDGED_S`).
 
         A new producer with the same transactional id runs ``init_transactions``,
-        which fences the old one and aborts its open transaction on the broker;
-        the consumer is rewound to the committed offsets so the batch is read and
-        routed again.  Nothing is lost or doubled for read_committed readers.
+        which fences the old one and ends its transaction on the broker: an open one
+        is aborted, one whose ``EndTxn`` reached the coordinator is committed.
+        ``unknown``: the messages of a given-up ``commit_transaction``
+        (:class:`_WedgedCommit`), which may have been either: the consumer is then
+        replaced at the end of the step, and the new one resumes from the group's
+        committed offsets (written only by our transactions, and fetched stable:
+        the consumer is read_committed), so a committed batch is not read again and
+        an aborted one is.  Otherwise the consumer is rewound to the batch's first
+        uncommitted message (no broker call).  Nothing is lost or doubled for
+        read_committed readers.
         """
+        aborted = self._txn_msgs - unknown
         log.error(
-            "%s: replacing the transactional producer (the open transaction of %d "
-            "message(s) is aborted and routed again)",
+            "%s: replacing the transactional producer (%d message(s) of an open "
+            "transaction aborted and routed again%s)",
             why,
-            self._txn_msgs,
+            aborted,
+            f"; {unknown} of a commit whose outcome is unknown: the consumer is replaced "
+            "and resumes from the committed offsets"
+            if unknown
+            else "",
         )
         if self._producer is not None:
             # kept referenced, never destroyed here: librdkafka's destroy of a client
@@ -1368,14 +1398,18 @@ class Router:
         self._queued.clear()
         self._ending.clear()
         self._uncommitted.clear()  # aborted: the rewind reads them again
-        self._aborts += 1
-        self._aborted_msgs += self._txn_msgs
         self._replaced_producers += 1
-        if rewind:
-            # (to the first uncommitted message, with no committed-offset look-up: after
-            # a broker restart, when producers are replaced, a look-up can block the
-            # loop for minutes; the given-up commit may have landed, though: then the
-            # batch is routed twice, docs/kafka-notes.md)
+        if aborted or not unknown:
+            self._aborts += 1
+            self._aborted_msgs += aborted
+        if unknown:
+            self._unknown_commits += 1
+            self._unknown_msgs += unknown
+        if rewind and unknown:
+            # (no committed-offset look-up here: after a broker restart one can block
+            # the loop for minutes; a new consumer fetches them in the background)
+            self._commit_unknown = why
+        elif rewind:
             self._rewind_after_abort()
 
     def _run(
@@ -1472,7 +1506,12 @@ class Router:
             # (seen after a broker restart: the router consumed one every few
             # seconds for 4 minutes and fetched no session record)
             self._last_consumed_at = time.monotonic()
-        if self._rewind_due:
+        if self._commit_unknown is not None:
+            # a commit given up with its outcome unknown (in a rebalance callback or
+            # the settle above): the new consumer reads from the committed offsets
+            msgs = []
+            caught_up = False
+        elif self._rewind_due:
             # an abort inside a rebalance callback (_rewind_after_abort): what this
             # call returned lies past the aborted batch; it is read again
             self._rewind_due = False
@@ -1537,6 +1576,8 @@ class Router:
             self._check_stall(consumer)
         if self._consumer_fenced is not None:
             raise _ConsumerFenced(self._consumer_fenced)
+        if self._commit_unknown is not None:
+            self._restart_consumer(self._commit_unknown, "commit_unknown", counted=False)
         if self._commit_failure is not None:
             self._failed = True
             raise self._commit_failure
@@ -1555,6 +1596,8 @@ class Router:
             offset_commits=self._offset_commits,
             failed_commits=self._failed_commits,
             idle_closes=self._idle_closes,
+            unknown_commits=self._unknown_commits,
+            unknown_messages=self._unknown_msgs,
             at_s=time.monotonic() - self._t0,
         )
 
@@ -2084,9 +2127,15 @@ class Router:
                 direct=direct,
                 stuck_s=TXN_STUCK_S,
             )
-        self._broker_call(
-            "commit_transaction", producer.commit_transaction, direct=direct, stuck_s=TXN_STUCK_S
-        )
+        try:
+            self._broker_call(
+                "commit_transaction",
+                producer.commit_transaction,
+                direct=direct,
+                stuck_s=TXN_STUCK_S,
+            )
+        except _Wedged as exc:  # (its EndTxn may have reached the coordinator)
+            raise _WedgedCommit(str(exc)) from exc
 
     def _start_commit(self) -> None:
         """Exactly-once: commit the open batch's transaction in a helper thread.
@@ -2175,7 +2224,8 @@ class Router:
         self._queued.clear()
         self._ending.clear()
         if isinstance(exc, _Wedged):
-            self._replace_producer(str(exc), rewind=rewind)
+            unknown = inflight.msgs if isinstance(exc, _WedgedCommit) else 0
+            self._replace_producer(str(exc), rewind=rewind, unknown=unknown)
             return
         if isinstance(exc, KafkaException):
             kerr = exc.args[0]
@@ -2200,7 +2250,8 @@ class Router:
             if self._stop.is_set() and ran >= CALL_TIMEOUT_S:
                 raise _Abandoned(f"the transaction commit has not returned after {ran:.1f} s")
             if ran >= WEDGED_S:
-                return _Wedged(f"the transaction commit has not returned after {ran:.0f} s")
+                # (it may be inside commit_transaction, or enter it still)
+                return _WedgedCommit(f"the transaction commit has not returned after {ran:.0f} s")
 
     def _produce_queued(self) -> None:
         """Begin the open batch's transaction and produce what waited for it."""
@@ -2260,7 +2311,8 @@ class Router:
             self._transaction_calls(positions, metadata)
         except _Wedged as exc:
             self._commit_s += time.monotonic() - t0
-            self._replace_producer(str(exc))
+            unknown = self._txn_msgs if isinstance(exc, _WedgedCommit) else 0
+            self._replace_producer(str(exc), unknown=unknown)
             return
         except KafkaException as exc:
             self._commit_s += time.monotonic() - t0

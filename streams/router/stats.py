@@ -17,7 +17,12 @@ class RouterStats:
     ``routed`` and ``dead_lettered`` count messages inside *committed*
     transactions only (exactly-once), or messages whose delivery a producer flush
     confirmed (at-least-once); ``aborted_messages`` counts those rolled back (they
-    are consumed again, so they may be routed later).  ``transactions`` /
+    are consumed again, so they may be routed later).  ``unknown_commits`` counts
+    exactly-once commits given up with their outcome unknown (wedged, or timing
+    out for ``TXN_STUCK_S``), ``unknown_messages`` their messages: committed or
+    aborted, the router resumes from the group's committed offsets, so each is
+    routed exactly once, but it is in ``routed`` only if it was aborted and routed
+    again.  ``transactions`` /
     ``aborts`` move in exactly-once mode only, ``offset_commits`` /
     ``failed_commits`` in at-least-once mode only.
     """
@@ -40,6 +45,8 @@ class RouterStats:
     #: Exactly-once: transactions closed before their window because the router had
     #: caught up (``RouterConfig.batch_idle_ms``); counted when the commit starts.
     idle_closes: int = 0
+    unknown_commits: int = 0
+    unknown_messages: int = 0
     at_s: float = 0.0
 
 

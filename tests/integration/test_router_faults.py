@@ -364,3 +364,98 @@ def test_bug_in_decoder_stops_router_and_loses_nothing(
         final = fixed.run(until=lambda s: s.routed >= 60, max_seconds=30)
     assert final.routed == 60
     assert sorted(committed_events(settings, 60)) == [("b1", i) for i in range(60)]
+
+
+class _LostCommitAnswer(Producer):  # type: ignore[misc]
+    """A real transactional producer whose ``commit_transaction`` number
+    ``LOSE_AT`` never returns: with ``LANDED`` its ``EndTxn`` commits on the broker
+    first and only the answer is lost (the broker went away right after
+    committing), else the request itself is lost (the transaction stays open until
+    the next producer's ``init_transactions`` aborts it).  Only the first producer
+    a router builds does this (the fault is injected once)."""
+
+    LOSE_AT = 3
+    LANDED = True
+    made = 0
+    lost = 0  # commits given no answer
+    release = threading.Event()
+
+    def __init__(self, conf: dict[str, Any]) -> None:
+        super().__init__(conf)
+        type(self).made += 1
+        self._faulty = type(self).made == 1
+        self._commits = 0
+
+    def commit_transaction(self, *args: Any) -> None:
+        self._commits += 1
+        if not (self._faulty and self._commits == self.LOSE_AT):
+            super().commit_transaction(*args)
+            return
+        if self.LANDED:
+            super().commit_transaction(*args)
+        type(self).lost += 1
+        self.release.wait(120)  # (released at the test's end)
+
+
+@pytest.mark.parametrize("landed", [True, False], ids=["landed", "lost"])
+@pytest.mark.parametrize("background", [False, True], ids=["foreground", "background"])
+def test_a_commit_given_up_with_its_outcome_unknown_routes_its_batch_once(
+    settings: Settings,
+    create_topics: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    background: bool,
+    landed: bool,
+) -> None:
+    """Exactly-once across a given-up ``commit_transaction``, whether it committed
+    or not.
+
+    The router cannot know whether a commit it gave up committed: the new
+    producer's ``init_transactions`` completes a commit whose ``EndTxn`` reached
+    the coordinator and aborts one whose did not.  Seeking back to the batch's
+    first message, as after an abort, routed a committed batch twice (40 of 40
+    here, both modes, on the code before); the router now replaces its consumer,
+    which resumes from the committed offsets.  The fault is injected into a real
+    producer on the real broker (``_LostCommitAnswer``).
+    """
+    from streams.router import router as router_mod
+
+    monkeypatch.setattr(router_mod, "Producer", _LostCommitAnswer)
+    monkeypatch.setattr(_LostCommitAnswer, "LANDED", landed)
+    monkeypatch.setattr(_LostCommitAnswer, "made", 0)
+    monkeypatch.setattr(_LostCommitAnswer, "lost", 0)
+    monkeypatch.setattr(_LostCommitAnswer, "release", threading.Event())
+    # give the commit up after 2 s, not 15 (background) or 6 (in the loop's helper)
+    monkeypatch.setattr(router_mod, "WEDGED_S", 2.0)
+    monkeypatch.setattr(router_mod, "TXN_CALL_WEDGED_S", 2.0)
+    topic = settings.session_topic("s1")
+    create_topics(topic)
+    producer = Producer({"bootstrap.servers": settings.bootstrap})
+    n = 300
+    for seq in range(n):
+        producer.produce(topic, encoded("s1", seq), b"s1")
+    assert producer.flush(30) == 0
+    config = RouterConfig(
+        batch_max_messages=40,
+        batch_max_ms=50,
+        status_interval_s=0,
+        commit_in_background=background,
+    )
+    # (a batch whose commit landed is not counted as routed: its outcome is unknown)
+    routed = n - 40 if landed else n
+    router = Router(settings, config)
+    router.start()
+    try:
+        router.run(until=lambda s: s.routed >= routed, max_seconds=90)
+    finally:
+        router.close()
+        _LostCommitAnswer.release.set()
+    assert _LostCommitAnswer.lost == 1, "the fault was not injected"
+    assert router._replaced_producers == 1
+    got = committed_events(settings, n)
+    counts = Counter(got)
+    twice = sorted(k[1] for k, c in counts.items() if c > 1)
+    assert not twice, f"{len(twice)} events routed twice (seq {twice[0]}..{twice[-1]})"
+    assert set(counts) == {("s1", seq) for seq in range(n)}, "lost events"
+    stats = router.stats()
+    assert (stats.unknown_commits, stats.unknown_messages) == (1, 40)
+    assert stats.routed == routed

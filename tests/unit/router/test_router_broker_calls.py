@@ -17,7 +17,7 @@ from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
 from streams.errors import DeliveryError
 from streams.router import router as router_mod
-from streams.router.router import Router, _Abandoned, _Wedged
+from streams.router.router import Router, _Abandoned, _Wedged, _WedgedCommit
 from streams.settings import Settings
 
 
@@ -389,3 +389,106 @@ def test_a_transaction_call_that_keeps_timing_out_is_wedged_after_txn_stuck_s(
         _router()._broker_call("commit_transaction", call, direct=True, stuck_s=0.3)
     assert 0.3 <= time.monotonic() - t0 < 10
     assert len(calls) > 1  # retried until then
+
+
+class _StuckTxnProducer:
+    """``send_offsets_to_transaction`` or ``commit_transaction`` answering
+    ``_TIMED_OUT`` at every attempt (the other call succeeds)."""
+
+    def __init__(self, stuck: str) -> None:
+        self.stuck = stuck
+
+    def _attempt(self, name: str) -> None:
+        time.sleep(0.02)
+        if name == self.stuck:
+            raise KafkaException(_error(retriable=True))
+
+    def send_offsets_to_transaction(self, positions: object, metadata: object, t: float) -> None:
+        self._attempt("send_offsets_to_transaction")
+
+    def commit_transaction(self, t: float) -> None:
+        self._attempt("commit_transaction")
+
+
+@pytest.mark.parametrize(
+    ("stuck", "unknown"),
+    [("send_offsets_to_transaction", False), ("commit_transaction", True)],
+)
+def test_only_a_given_up_commit_transaction_has_an_unknown_outcome(
+    monkeypatch: pytest.MonkeyPatch, stuck: str, unknown: bool
+) -> None:
+    """A given-up commit_transaction may have committed (_WedgedCommit: the router
+    then resumes from the committed offsets); a given-up send_offsets_to_transaction
+    never reached the commit, so its batch is certainly aborted (plain _Wedged: the
+    router rewinds to the batch's first message, with no broker call)."""
+    monkeypatch.setattr(router_mod, "CALL_TIMEOUT_S", 0.01)
+    monkeypatch.setattr(router_mod, "TXN_STUCK_S", 0.2)
+    router = _router()
+    router._producer = _StuckTxnProducer(stuck)  # type: ignore[assignment]
+    with pytest.raises(_Wedged, match=stuck) as info:
+        router._transaction_calls([TopicPartition("t.session.a", 0, 5)], object(), direct=True)
+    assert isinstance(info.value, _WedgedCommit) is unknown
+
+
+class _Replacement:
+    """The producer ``_replace_producer`` builds (its init_transactions succeeds)."""
+
+    def __init__(self, conf: object) -> None:
+        pass
+
+    def init_transactions(self, t: float) -> None:
+        pass
+
+
+class _QueueConsumer(_SeekRecorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.queued: list[_Msg] = []
+
+    def consume(self, num_messages: int, timeout: float) -> list[_Msg]:
+        out, self.queued = self.queued, []
+        return out
+
+    def poll(self, timeout: float) -> None:
+        return None
+
+
+def test_after_a_commit_with_an_unknown_outcome_the_loop_replaces_the_consumer(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No seek back to the batch's first message (that batch may have committed:
+    it would be routed twice), no look-up in the loop either: the step drops what
+    it consumed and ends by replacing the consumer, uncounted (no sign of a
+    duplicate instance id), which resumes from the committed offsets.  A batch
+    aborted for sure (no unknown outcome) is still rewound at once."""
+    monkeypatch.setattr(router_mod, "Producer", _Replacement)
+    router = _router()
+    consumer = _QueueConsumer()
+    router._consumer = consumer  # type: ignore[assignment]
+    router._assigned = {TopicPartition("t.session.a", 0)}
+    router._next_stall_check = float("inf")  # (no stall check: it asks the broker)
+    router._first = {("t.session.a", 0): 10}
+    router._txn_msgs = 40
+    router._replace_producer("commit_transaction has not returned", unknown=40)
+    assert consumer.seeks == []
+    assert router._commit_unknown == "commit_transaction has not returned"
+    stats = router.stats()
+    assert (stats.unknown_commits, stats.unknown_messages, stats.aborts) == (1, 40, 0)
+
+    restarts: list[tuple[str, str, bool]] = []
+    monkeypatch.setattr(
+        router,
+        "_restart_consumer",
+        lambda why, reason, counted=True: restarts.append((why, reason, counted)),
+    )
+    routed: list[list[object]] = []
+    monkeypatch.setattr(router, "_route", lambda msgs: routed.append(list(msgs)))
+    consumer.queued = [_Msg("t.session.a", 0, 50)]  # consumed past the batch
+    assert router._step(None, router.config)
+    assert routed == [[]]  # dropped: the new consumer reads it again
+    assert restarts == [("commit_transaction has not returned", "commit_unknown", False)]
+
+    router._first = {("t.session.a", 0): 10}
+    router._txn_msgs = 40
+    router._replace_producer("send_offsets_to_transaction has not returned")
+    assert consumer.seeks == [("t.session.a", 0, 10)]

@@ -427,6 +427,25 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         finally:
             self._flush_all_engines = False
 
+    async def commit_and_end_transactions(self) -> None:
+        """The last commit of a revoke or a stop (``wait_empty``), never skipped.
+
+        Faust's ``commit()`` returns without committing when a commit is under way
+        (``maybe_wait_for_commit_to_finish``).  A periodic commit took its offsets
+        before the batches applied while it encoded and wrote, and held them back
+        for its waiting engines; the revoke's state flush (``_on_revoked``) then
+        wrote those batches' state, and the next owner re-read events it already
+        had (95 and 116 redeliveries in ``test_worker_recovery``'s clean-rebalance
+        test, deduped by seq: no loss, but "no event handled twice" broken).  So
+        wait for the commit under way, then commit.  No ``await`` lies between the
+        wait's end and ``commit()`` claiming the next commit, so none can slip in.
+        """
+        if self._commit_fut is not None:
+            log.info("last commit of a revoke or a stop: waiting for the commit under way")
+            while self._commit_fut is not None:
+                await self.maybe_wait_for_commit_to_finish()
+        await super().commit_and_end_transactions()
+
     async def on_partitions_revoked(self, revoked: Any) -> None:
         handler = self._handler
         await super().on_partitions_revoked(revoked)

@@ -137,6 +137,7 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
     events.sort(key=lambda e: (e.seq, e.session_id))
     a = WorkerProc(settings, tmp_path / "a")
     duplicates = 0
+    dups_by_worker: dict[str, int] = {}  # (which worker re-handled, for a failure)
     b_logs: list[Path] = []
     stream = SteadyEventProducer(settings, events, chunk=12, pause_s=0.25)
     try:
@@ -151,7 +152,8 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
                 assert _stats(b).get("batches"), b.log_tail()
                 time.sleep(2.0)
             finally:
-                duplicates += int(_stats(b).get("duplicates", 0))
+                dups_by_worker[f"b{cycle}"] = int(_stats(b).get("duplicates", 0))
+                duplicates += dups_by_worker[f"b{cycle}"]
                 assert b.stop() == 0, b.log_tail()
             time.sleep(2.0)
         sent, total = stream.chunks_sent, len(stream.chunks)
@@ -177,12 +179,13 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
                 + ", ".join(str(p) for p in (a.log_path, *b_logs))
             )
         stats_a = _stats(a)
-        duplicates += int(stats_a["duplicates"])
+        dups_by_worker["a"] = int(stats_a["duplicates"])
+        duplicates += dups_by_worker["a"]
         print(
             f"two joins + leaves under load ({sent} of {total} chunks sent by then): "
-            f"applied={stats_a['applied']} dups={duplicates}"
+            f"applied={stats_a['applied']} dups={duplicates} {dups_by_worker}"
         )
-        assert duplicates == 0, a.log_tail()
+        assert duplicates == 0, f"re-handled events by worker: {dups_by_worker}\n" + a.log_tail()
     finally:
         stream.hurry()
         assert a.stop() == 0, a.log_tail()

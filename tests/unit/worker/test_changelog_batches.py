@@ -598,3 +598,35 @@ def test_a_commit_with_no_offset_to_commit_still_waits_for_its_changelog_writes(
         assert all(fut.done() for *_, fut in sender.sent)
 
     asyncio.run(run())
+
+
+def test_the_last_commit_of_a_revoke_waits_for_a_commit_under_way_then_commits(
+    tmp_path: Path,
+) -> None:
+    """Faust's ``commit()`` skips a commit while another is under way.  The one a
+    revoke or a stop makes (``commit_and_end_transactions``) must not be skipped:
+    the periodic commit under way took its offsets before the batches applied
+    meanwhile, whose state the revoke then writes (the next owner re-handled them:
+    redeliveries in the clean-rebalance test).  It waits for that commit, then
+    commits itself."""
+
+    async def run() -> None:
+        consumer = _app(tmp_path).app.consumer
+        calls: list[bool] = []
+
+        async def force_commit(topics: Any = None, start_new_transaction: bool = True) -> bool:
+            calls.append(start_new_transaction)
+            return True
+
+        consumer.force_commit = force_commit
+        under_way: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        consumer._commit_fut = under_way  # a periodic commit, still running
+        last = asyncio.ensure_future(consumer.commit_and_end_transactions())
+        await asyncio.sleep(0.05)
+        assert calls == [] and not last.done()  # waits for it
+        consumer._commit_fut = None  # it ends, as Faust's commit() ends one
+        under_way.set_result(None)
+        await asyncio.wait_for(last, 5)
+        assert calls == [False]  # then commits, ending any transaction
+
+    asyncio.run(run())

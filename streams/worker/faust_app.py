@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -266,34 +266,82 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
     def _new_consumer_thread(self) -> Any:
         return _ReadCommittedConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        #: ``<prefix>.events`` partitions whose fetch position a seek to the committed
+        #: offsets set in their current assignment (:meth:`perform_seek`), each with
+        #: the number of the seek that did (``_seek_round``): the fetch loop hands the
+        #: handler no record fetched before that seek ended.  Emptied at a revoke.
+        self._seeked: dict[Any, int] = {}
+        self._seek_round = 0
+
     async def perform_seek(self) -> None:
         """Faust's seek to the committed offsets, never behind what this worker handled.
 
-        Why (issue #15: 203 and 2,250 duplicates after rebalances): after an
-        assignment Faust resumes the partitions and the flow *before* it awaits this
-        seek (``Recovery.on_recovery_completed``, ``_resume_streams``), and the fetch
-        loop also seeks back whenever it finds the flow stopped.  Records handled
-        meanwhile are applied, their outputs sent and their offsets committable, but
-        not yet committed; the seek then set ``_read_offset`` (and the fetch
-        position) back to the committed offset, and they were handled again.
+        Two ways events were handled twice or lost around a rebalance:
 
-        Invariant: for ``<prefix>.events``, ``_read_offset[tp]`` is the next offset
-        to handle and never goes below one past the last record this worker handled
-        in its current assignment (``EventBatchHandler.committable``, forgotten at
-        revoke); the fetch loop drops any record below it, so a re-fetched record
-        is never handled twice and none is skipped.
+        * (issue #15: 203 and 2,250 duplicates after rebalances) after an
+          assignment Faust resumes the partitions and the flow *before* it awaits
+          this seek (``Recovery.on_recovery_completed``, ``_resume_streams``), and
+          the fetch loop also seeks back whenever it finds the flow stopped.
+          Records handled meanwhile were handled again after the seek.
+        * (2026-12-02, 2 runs in ~45 of the clean-rebalance test) what the fetcher
+          returned before that first seek did not start at the committed offset:
+          newly assigned partitions were fetched from the end of the log (records
+          produced ~0 s before), e.g. from offset 120 with 111 committed.  Handled,
+          they made 120 committable; the seek then moved the read offset up to it,
+          so 111-119 were dropped, and the commit (held back to the first event a
+          waiting session had not written: 120) went past them.  Every session of
+          the partition lost those events.
+
+        Invariants, for ``<prefix>.events``: the fetch loop hands the handler no
+        record fetched before a seek of the partition's current assignment ended
+        (``_seeked``, ``_seek_round``), so the first record handled in an
+        assignment is the committed one, and a batch it holds back is fetched again
+        (:meth:`_hold_back`); ``_read_offset[tp]`` is the next offset to handle and never
+        goes below one past the last record handled since that seek (a later seek,
+        within the same assignment, raises it to ``EventBatchHandler.committable``;
+        the committable offsets of an earlier assignment are never used): the fetch
+        loop drops any record below it, so none is handled twice and none skipped.
         """
-        await super().perform_seek()
         handler = self._handler
         if handler is None:
+            await super().perform_seek()
             return
+        generation = self.app.consumer_generation_id
+        seeked_before = set(self._seeked)
+        await super().perform_seek()
+        self._seek_round += 1
         read_offset = self._read_offset
-        for topic, partition in handler.partitions():
-            nxt = handler.committable(topic, partition)
-            tp = TP(topic, partition)
+        for tp in seeked_before:
+            nxt = handler.committable(tp.topic, tp.partition)
             current = read_offset[tp]
             if nxt is not None and (current is None or current < nxt):
                 read_offset[tp] = nxt
+        if self.app.consumer_generation_id == generation:
+            # (a rebalance under the seek: the next assignment's seek positions them)
+            for tp in self.assignment():
+                if tp.topic == handler.topic:
+                    self._seeked.setdefault(tp, self._seek_round)
+
+    def _hold_back(self, tp: Any, batch: Sequence[Any]) -> None:
+        """A batch of ``tp`` fetched before its assignment's seek, not handled: put the
+        fetch position back to its first record unless a seek moved it since the
+        batch was taken (then that seek's position holds).  Its records are then
+        fetched again, never skipped: in a run of the clean-rebalance test a batch
+        fetched *after* the seek, from the committed offset, arrived before the seek
+        had returned here, and dropping it lost 3 events per session."""
+        if self._position(tp) == batch[-1].offset + 1:
+            self._thread.seek(tp, batch[0].offset)
+
+    def _position(self, tp: Any) -> int | None:
+        """aiokafka's fetch position of ``tp`` now (None: unknown, a reset pending)."""
+        try:
+            state = self._thread._ensure_consumer()._subscription.subscription.assignment
+            position: int | None = state.state_value(tp).position
+        except (AttributeError, KeyError, TypeError):
+            return None
+        return position
 
     @property
     def _handler(self) -> EventBatchHandler | None:
@@ -327,10 +375,12 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         consumer_should_stop = self._stopped.is_set
         fetcher_should_stop = fetcher._stopped.is_set
         read_offset = self._read_offset
+        seeked = self._seeked
         monitor = self.app.monitor
         try:
             while not (consumer_should_stop() or fetcher_should_stop()):
                 self.diag.set_flag(CONSUMER_FETCHING)
+                fetched_at = self._seek_round  # (the seeks ended before this fetch)
                 records, active = await self._wait_next_records(1.0)
                 await self.sleep(0)
                 if records is None or self.should_stop:
@@ -352,6 +402,12 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         and tp not in active
                         and tp not in self._buffered_partitions
                     ):
+                        continue
+                    if tp.topic == handler_topic and seeked.get(tp, fetched_at + 1) > fetched_at:
+                        # fetched before this assignment's seek (perform_seek) ended:
+                        # maybe not from the committed offset (seen: from the end of
+                        # the log); fetched again from where it starts or the seek set
+                        self._hold_back(tp, batch)
                         continue
                     r_offset = read_offset[tp]
                     if r_offset is not None:
@@ -448,6 +504,8 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
     async def on_partitions_revoked(self, revoked: Any) -> None:
         handler = self._handler
+        for tp in revoked:
+            self._seeked.pop(tp, None)  # (positioned again by the next seek)
         await super().on_partitions_revoked(revoked)
         if handler is not None:
             handler.forget((tp.topic, tp.partition) for tp in revoked)

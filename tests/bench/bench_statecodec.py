@@ -113,6 +113,11 @@ def main() -> None:
     args = ap.parse_args()
     if args.flush_every < 1:
         ap.error(f"--flush-every {args.flush_every}: give 1 or more rounds")
+    if args.rounds <= args.warmup:
+        ap.error(
+            f"--rounds {args.rounds} with --warmup {args.warmup}: the warm-up rounds are "
+            "part of --rounds, so nothing would be timed; give more rounds than warm-up ones"
+        )
     gc.set_threshold(*WORKER_GC_THRESHOLDS)  # as the worker does
     cfg = EngineConfig()
     engines: dict[str, SessionEngine] = {}

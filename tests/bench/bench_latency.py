@@ -79,6 +79,7 @@ from streams.sim.scenarios import session_script  # noqa: E402
 sys.path.insert(0, str(REPO / "tests" / "bench"))
 from procs import (  # noqa: E402
     BrokerProfile,
+    PySpy,
     broker_pid,
     broker_unless_running,
     cpu_seconds,
@@ -675,6 +676,13 @@ def main() -> int:
         "spent on (needs the JDK's jcmd and jfr, and a broker on this machine)",
     )
     ap.add_argument(
+        "--worker-py-spy",
+        choices=("gil", "wall"),
+        help="sample the worker with py-spy over each phase (collapsed stacks next to the "
+        "logs) and print its top functions, self and inclusive: gil = the thread holding "
+        "the GIL (close to where its CPU goes), wall = every thread",
+    )
+    ap.add_argument(
         "--json",
         metavar="PATH",
         help="also write every phase's figures (latency percentiles, CPU us per event by "
@@ -808,6 +816,14 @@ def main() -> int:
                                 bpid, args.broker_jfr / f"broker-b{batch_ms}-r{rate:.0f}.jfr"
                             )
                             jfr.start()
+                        spy = None
+                        if args.worker_py_spy is not None:
+                            spy = PySpy(
+                                worker.pid,
+                                work / f"worker-b{batch_ms}-r{rate:.0f}.pyspy.txt",
+                                args.worker_py_spy,
+                            )
+                            spy.start()
                         proc_cpu_before = {k: tree_cpu_seconds(v) for k, v in pids.items()}
                         tids = {
                             "subscriber": sub_thread.native_id,
@@ -855,6 +871,8 @@ def main() -> int:
                         }
                         if jfr is not None:
                             print("\n".join(jfr.stop()), flush=True)
+                        if spy is not None:
+                            print("\n".join(spy.stop(20)), flush=True)
                         threads = {
                             k: thread_cpu_seconds(t) - thread_cpu_before[k]
                             for k, t in tids.items()

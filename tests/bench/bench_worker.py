@@ -47,7 +47,6 @@ import itertools
 import json
 import os
 import pstats
-import subprocess
 import sys
 import tempfile
 import time
@@ -66,7 +65,7 @@ from streams.settings import Settings  # noqa: E402
 from streams.sim.events import fleet_events  # noqa: E402
 
 sys.path.insert(0, str(REPO / "tests" / "bench"))
-from procs import cpu_seconds, spawn, stop, worker_args  # noqa: E402
+from procs import PySpy, cpu_seconds, spawn, stop, worker_args  # noqa: E402
 
 
 def sim_events(n: int, sessions: int, seed: int = 0, prefix: str = "sim") -> list[TraceEvent]:
@@ -267,7 +266,7 @@ def run_paced(
                 raise RuntimeError(f"timed out at {applied()}/{target}; see {data_dir}/worker.log")
             time.sleep(0.05)
 
-    spy: subprocess.Popen[bytes] | None = None
+    spy: PySpy | None = None
     tables = ("sessions", "budgets", "minutes") + (("engines",) if mode == "engine" else ())
     try:
         for ev in itertools.islice(events, sessions):  # warm-up: one event per session
@@ -280,25 +279,8 @@ def run_paced(
         idle_cpu_per_s = (cpu_seconds(proc.pid) - idle_cpu0) / (time.monotonic() - idle_t0)
         log0 = changelog_records(settings, tables)
         if py_spy:
-            spy = subprocess.Popen(
-                [
-                    "py-spy",
-                    "record",
-                    "--pid",
-                    str(proc.pid),
-                    "--rate",
-                    "200",
-                    "--nonblocking",
-                    *(["--gil"] if py_spy == "gil" else []),
-                    "--format",
-                    "raw",
-                    "-o",
-                    str(data_dir / "worker.pyspy.txt"),
-                ],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            time.sleep(1.0)
+            spy = PySpy(proc.pid, data_dir / "worker.pyspy.txt", py_spy)
+            spy.start()
         load_before = load_average()
         n = int(rate * duration_s)
         batches0 = int((_stats(port) or {}).get("batches", 0))
@@ -327,14 +309,13 @@ def run_paced(
         busiest = sorted(threads.values(), reverse=True)[:3]
         span = time.monotonic() - t0
         if spy is not None:
-            spy.send_signal(2)  # SIGINT: py-spy writes its output
-            spy.wait(60)
+            print("\n".join(spy.stop()), flush=True)
         records = changelog_records(settings, tables) - log0
         handled_batches = int((_stats(port) or {}).get("batches", 0)) - batches0
     finally:
         stop(proc)
-        if spy is not None and spy.poll() is None:
-            spy.kill()
+        if spy is not None:
+            spy.stop()  # (an exception before the span's end: still reaped)
     return {
         "mode": mode,
         "sessions": sessions,

@@ -243,3 +243,93 @@ def jfr_top_frames(path: Path, top: int = 15) -> list[str]:
         lines.append(f"  top {top} frames, {title}:")
         lines += [f"    {100 * c / max(1, n):5.1f} %  {f}" for f, c in counts.most_common(top)]
     return lines
+
+
+class PySpy:
+    """py-spy over a span of a benchmark: where a Python process's CPU goes.
+
+    ``start()`` begins ``py-spy record --format raw`` (collapsed stacks, one line
+    per distinct stack with its sample count) on ``pid``; ``mode`` ``"gil"``
+    samples only the thread holding the GIL, which is close to where the CPU goes,
+    ``"wall"`` every thread whatever it does (a thread waiting for the GIL after a
+    socket write then looks busy).  ``stop()`` ends it with SIGINT, which makes
+    py-spy write ``path``, and returns the top functions (:func:`pyspy_top_frames`).
+    Without py-spy on ``PATH`` ``start()`` raises ``FileNotFoundError``.
+    """
+
+    def __init__(self, pid: int, path: Path, mode: str = "gil", rate: int = 200) -> None:
+        if mode not in ("gil", "wall"):
+            raise ValueError(f"py-spy mode {mode!r}: give 'gil' or 'wall'")
+        self.pid, self.path, self.mode, self.rate = pid, path, mode, rate
+        self._proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        import shutil
+        import time
+
+        if shutil.which("py-spy") is None:
+            raise FileNotFoundError("py-spy is not on PATH (pip install py-spy)")
+        self._proc = subprocess.Popen(
+            [
+                "py-spy",
+                "record",
+                "--pid",
+                str(self.pid),
+                "--rate",
+                str(self.rate),
+                "--nonblocking",
+                *(["--gil"] if self.mode == "gil" else []),
+                "--format",
+                "raw",
+                "-o",
+                str(self.path),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        time.sleep(1.0)  # (attached before the span starts)
+
+    def stop(self, top: int = 15) -> list[str]:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return []
+        proc.send_signal(signal.SIGINT)  # py-spy writes its output
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            return [f"py-spy did not write {self.path} within 60 s (killed)"]
+        return pyspy_top_frames(self.path, top)
+
+
+def pyspy_top_frames(path: Path, top: int = 15) -> list[str]:
+    """The ``top`` functions of a py-spy ``--format raw`` file by self and by
+    inclusive share of its samples (a function counted once per stack)."""
+    import collections
+
+    own: collections.Counter[str] = collections.Counter()
+    incl: collections.Counter[str] = collections.Counter()
+    n = 0
+    for line in path.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        if not stack or not count.isdigit():
+            continue
+        k = int(count)
+        # frames "function (file:line)", outermost first; drop the line numbers
+        frames = [
+            f.rsplit(":", 1)[0] + ")" if ":" in f else f
+            for f in stack.split(";")
+            if not f.startswith(("process ", "thread ("))  # (--subprocesses, --threads)
+        ]
+        if not frames:
+            continue
+        n += k
+        own[frames[-1]] += k
+        for f in set(frames):
+            incl[f] += k
+    lines = [f"py-spy profile: {n} samples ({path})"]
+    for title, counts in (("self", own), ("inclusive", incl)):
+        lines.append(f"  top {top} functions, {title}:")
+        lines += [f"    {100 * c / max(1, n):5.1f} %  {f}" for f, c in counts.most_common(top)]
+    return lines

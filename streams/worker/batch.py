@@ -186,11 +186,25 @@ class EventBatchHandler:
 
     # --------------------------------------------------------------- batch
 
-    async def handle(self, records: Sequence[RecordLike]) -> BatchStats:
-        """Apply ``records`` (one partition, in offset order) and send what they produce."""
+    async def handle(
+        self, records: Sequence[RecordLike], *, current: Callable[[], bool] | None = None
+    ) -> BatchStats | None:
+        """Apply ``records`` (one partition, in offset order) and send what they produce.
+
+        ``current``: checked once the lock is held; if it says False (the fetch loop's
+        assignment is being revoked or stopped), nothing is applied and ``None`` is
+        returned, so the caller does not move past these records: they are fetched
+        again after the next seek.  Why: a batch that passed the fetch loop's checks
+        and then waited for the lock behind a revoke's last commit ran between that
+        commit's engine slices or before the revoke's flush, which wrote its state
+        while its offsets stayed uncommitted: the next owner handled it again (16
+        duplicates in a run of the clean-rebalance test, 2026-12-03).
+        """
         if not records:
             return BatchStats(0, 0, 0)
         async with self.lock:
+            if current is not None and not current():
+                return None
             sends, handled, failure = self._apply(records)
             for topic, key, value, headers in sends:
                 await self.send(topic, key, value, headers)

@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -375,6 +376,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
 
     # ---------------------------------------------------------------- fetching
 
+    def _still_current(self, generation: int) -> bool:
+        """Whether records fetched in consumer generation ``generation`` may still be
+        handled: the flow is on and no rebalance began since."""
+        return bool(self.flow_active) and self.app.consumer_generation_id == generation
+
     async def _drain_messages(self, fetcher: Any) -> None:
         """Faust's fetch loop, with ``<prefix>.events`` batches going to the handler.
 
@@ -442,7 +448,12 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                     if tp.topic == handler_topic:
                         monitor.track_tp_end_offset(tp, self.highwater(tp))
                         monitor.stream_inbound_time[tp] = time.monotonic()
-                        await handler.handle(batch)
+                        stats = await handler.handle(
+                            batch,
+                            current=partial(self._still_current, generation),
+                        )
+                        if stats is None:
+                            break  # revoked while it waited for the lock: fetched again
                         if trace is not None:
                             n_ev += len(batch)
                             first, last = batch[0].timestamp, batch[-1].timestamp
@@ -1345,7 +1356,9 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
     @app.on_partitions_revoked.connect  # type: ignore[arg-type]  # mode's stub wants signal=
     async def _on_revoked(sender: Any, revoked: Any, **kwargs: Any) -> None:
         # Faust has already stopped the fetch flow and committed (our commit hook
-        # waited for the batch in progress and flushed); flush whatever is still
+        # waited for the batch in progress and flushed; a batch still waiting for the
+        # handler's lock sees the flow stopped and applies nothing, so no state is
+        # written past the committed offsets); flush whatever is still
         # dirty (e.g. timer-made state) and drop the caches with no await in between,
         # then make the changelog writes durable before another worker can recover
         # these partitions.

@@ -266,6 +266,44 @@ def test_commit_waits_for_a_batch_to_be_fully_sent() -> None:
     assert all(o == "send" for o in order[:-1])
 
 
+def test_a_batch_that_waited_for_the_lock_past_a_revoke_applies_nothing() -> None:
+    """The fetch loop checked the flow before the batch queued on the lock; a revoke's
+    commit held the lock meanwhile.  Applied then, its state would be written while its
+    offsets stay uncommitted, and the next owner would handle it again (duplicates)."""
+
+    async def scenario() -> tuple[Any, EventBatchHandler, Sent, EventProcessor]:
+        sent = Sent()
+        processor = EventProcessor({}, {}, {}, {})
+        h = handler(sent, processor)
+        flow = [True]
+        async with h.lock:  # the revoke's commit
+            batch = asyncio.create_task(h.handle(records(looping(6)), current=lambda: flow[0]))
+            await asyncio.sleep(0)
+            assert not batch.done()
+            flow[0] = False  # Faust stops the flow before it commits
+        return await batch, h, sent, processor
+
+    stats, h, sent, processor = asyncio.run(scenario())
+    assert stats is None
+    assert h.committable("t.events", 0) is None
+    assert sent.items == []
+    assert processor.dirty == 0
+
+
+def test_a_batch_still_current_after_the_lock_is_applied() -> None:
+    async def scenario() -> Any:
+        h = handler(Sent())
+        async with h.lock:
+            batch = asyncio.create_task(h.handle(recs, current=lambda: True))
+            await asyncio.sleep(0)
+        return await batch, h
+
+    recs = records(looping(6))
+    stats, h = asyncio.run(scenario())
+    assert stats is not None and stats.events == len(recs)
+    assert h.committable("t.events", 0) == len(recs)
+
+
 def test_forget_drops_revoked_partitions() -> None:
     h = handler(Sent())
     asyncio.run(h.handle(records(looping(1))))

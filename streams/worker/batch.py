@@ -195,10 +195,11 @@ class EventBatchHandler:
         assignment is being revoked or stopped), nothing is applied and ``None`` is
         returned, so the caller does not move past these records: they are fetched
         again after the next seek.  Why: a batch that passed the fetch loop's checks
-        and then waited for the lock behind a revoke's last commit ran between that
-        commit's engine slices or before the revoke's flush, which wrote its state
-        while its offsets stayed uncommitted: the next owner handled it again (16
-        duplicates in a run of the clean-rebalance test, 2026-12-03).
+        and then waited for the lock behind a revoke's last commit could run between
+        that commit's engine slices or before the revoke's flush, which wrote its
+        state while its offsets stayed uncommitted: the next owner handled it again
+        (the likely cause, read from the code, of 16 duplicates in a run of the
+        clean-rebalance test, 2026-12-03).
         """
         if not records:
             return BatchStats(0, 0, 0)

@@ -421,12 +421,13 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                     await seek_back_mid_rebalance(self)
                     continue
                 generation = self.app.consumer_generation_id
+                still_current = partial(self._still_current, generation)
                 trace = _TRACE
                 if trace is not None:
                     t_fetch = time.perf_counter()
                     n_ev, ts0, ts1 = 0, 0, 0
                 for tp, batch in records.items():
-                    if not self.flow_active or self.app.consumer_generation_id != generation:
+                    if not still_current():
                         break  # rebalancing: the rest is fetched again after the seek
                     if (
                         active is not None
@@ -448,10 +449,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                     if tp.topic == handler_topic:
                         monitor.track_tp_end_offset(tp, self.highwater(tp))
                         monitor.stream_inbound_time[tp] = time.monotonic()
-                        stats = await handler.handle(
-                            batch,
-                            current=partial(self._still_current, generation),
-                        )
+                        stats = await handler.handle(batch, current=still_current)
                         if stats is None:
                             break  # revoked while it waited for the lock: fetched again
                         if trace is not None:

@@ -206,7 +206,8 @@ def test_a_batch_revoked_while_it_waited_for_the_lock_is_not_handled_nor_passed(
     """A batch that passed the loop's flow check, then waited for the handler's lock
     behind a revoke's commit, must not be applied (its state would be written past
     the committed offsets: the next owner handles it again) nor move the read offset;
-    the rest of that fetch is left too (seen: 16 duplicates in a clean rebalance)."""
+    the rest of that fetch is left too (the likely cause, read from the code, of 16
+    duplicates in a run of the clean-rebalance test)."""
 
     async def run() -> None:
         topic = "tsg.events"

@@ -534,28 +534,43 @@ def core_alone_us(sessions: int, age: int, per_session: int) -> float:
     Why the same sessions: long-running sessions of these pathological kinds cost
     the engine more per event than a churny simulated fleet of fresh ones (~50
     against ~32 us on 2026-11-29), so a fleet figure understated the floor the
-    worker cannot go below."""
+    worker cannot go below.
+
+    Under the worker's garbage-collector thresholds (``WORKER_GC_THRESHOLDS``), as
+    the engine runs in the worker: with Python's default ones (700, 10, 10), as
+    this line ran until 2026-12-03, the collector walked the 1,000 aged sessions'
+    objects often enough to add up to ~10 us per event, a cost the worker does
+    not pay (this function over 1,000 sessions aged 150, 20 events each, three
+    times interleaved: 37-39 us against 41-47 with the defaults)."""
     if not _CORE_US:
+        import gc
+
+        from streams.commands.worker import WORKER_GC_THRESHOLDS
         from streams.core.config import EngineConfig
         from streams.core.engine import SessionEngine
         from streams.sim.events import session_events
 
-        cfg = EngineConfig()
-        sids = [f"core-{i}" for i in range(sessions)]
-        feeds = [
-            session_events(KINDS[i % len(KINDS)], i, sid)  # type: ignore[arg-type]
-            for i, sid in enumerate(sids)
-        ]
-        engines = [SessionEngine.create(sid, cfg) for sid in sids]
-        for _ in range(1 + age):
-            for engine, feed in zip(engines, feeds, strict=True):
-                engine.on_event(next(feed))
-        timed = [[next(feed) for _ in range(per_session)] for feed in feeds]
-        cpu0 = time.process_time()
-        for k in range(per_session):
-            for engine, events in zip(engines, timed, strict=True):
-                engine.on_event(events[k])
-        _CORE_US.append(1e6 * (time.process_time() - cpu0) / (sessions * per_session))
+        before = gc.get_threshold()
+        gc.set_threshold(*WORKER_GC_THRESHOLDS)
+        try:
+            cfg = EngineConfig()
+            sids = [f"core-{i}" for i in range(sessions)]
+            feeds = [
+                session_events(KINDS[i % len(KINDS)], i, sid)  # type: ignore[arg-type]
+                for i, sid in enumerate(sids)
+            ]
+            engines = [SessionEngine.create(sid, cfg) for sid in sids]
+            for _ in range(1 + age):
+                for engine, feed in zip(engines, feeds, strict=True):
+                    engine.on_event(next(feed))
+            timed = [[next(feed) for _ in range(per_session)] for feed in feeds]
+            cpu0 = time.process_time()
+            for k in range(per_session):
+                for engine, events in zip(engines, timed, strict=True):
+                    engine.on_event(events[k])
+            _CORE_US.append(1e6 * (time.process_time() - cpu0) / (sessions * per_session))
+        finally:
+            gc.set_threshold(*before)
     return _CORE_US[0]
 
 

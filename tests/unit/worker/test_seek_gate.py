@@ -88,8 +88,11 @@ def _records(topic: str, partition: int, offsets: range) -> list[Any]:
     ]
 
 
-async def _drain(consumer: Any, fetches: list[dict[TP, list[Any]]]) -> None:
-    """Run the real fetch loop over ``fetches``, one per round, then stop it."""
+async def _drain(
+    consumer: Any, fetches: list[dict[TP, list[Any]]], active: set[TP] | None = None
+) -> None:
+    """Run the real fetch loop over ``fetches``, one per round, then stop it;
+    ``active``: the partitions Faust's fetch call reports as not paused (None: all)."""
     fetcher = SimpleNamespace(_stopped=asyncio.Event())
 
     async def wait_next_records(timeout: float) -> tuple[Any, Any]:
@@ -99,7 +102,7 @@ async def _drain(consumer: Any, fetches: list[dict[TP, list[Any]]]) -> None:
         got = fetches.pop(0)
         for tp, batch in got.items():
             consumer.fetch_position[tp] = batch[-1].offset + 1
-        return got, None
+        return got, active
 
     consumer._wait_next_records = wait_next_records
     consumer.flow_active = True
@@ -228,5 +231,48 @@ def test_a_batch_revoked_while_it_waited_for_the_lock_is_not_handled_nor_passed(
         # the flow back on, same generation: the same records are handled
         await _drain(consumer, [fetch])
         assert handled == [(0, 10), (0, 11), (0, 12), (1, 20), (1, 21)]
+
+    asyncio.run(run())
+
+
+def test_records_of_a_paused_partition_are_not_handled_and_are_fetched_again(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiokafka can return a partition Faust has paused: Faust hands it its *live*
+    set of active partitions, and recovery empties that set (``pause_partitions``)
+    while a fetch waits, which aiokafka reads as "every partition"
+    (``Fetcher.fetched_records``: ``if partitions and tp not in partitions``); taking
+    the records moves its fetch position past them.  Faust's loop drops such a batch.
+    Dropped without going back, the next fetch started past it: the likely cause of
+    the events fetched "from the end of the log" before an assignment's seek
+    (2026-12-02), and a loss wherever no seek followed.  The batch is left unhandled
+    and the position goes back to its first record."""
+
+    async def run() -> None:
+        topic = "tsg.events"
+        tp, other = TP(topic, 0), TP(topic, 1)
+        consumer, _, handled = _consumer(tmp_path, {tp: 111, other: 50})
+        await consumer.perform_seek()
+        # tp paused, ``other`` active: the same fetch returns both
+        fetch = {tp: _records(topic, 0, range(111, 120)), other: _records(topic, 1, range(50, 52))}
+        with caplog.at_level(logging.WARNING, logger="streams.worker.faust_app"):
+            await _drain(consumer, [fetch], active={other})
+        assert handled == [(1, 50), (1, 51)]
+        assert consumer.fetch_position[tp] == 111  # (120 before: 111-119 skipped)
+        assert consumer.seeks == [(0, 111)]
+        assert caplog.records == []
+        # resumed: fetched again from 111, all handled
+        await _drain(consumer, [{tp: _records(topic, 0, range(111, 121))}])
+        assert handled[2:] == [(0, o) for o in range(111, 121)]
+
+        # paused before the assignment's seek (recovery): the position goes back to
+        # the committed offset too, so the seek's WARNING of records fetched from past
+        # it does not fire for this cause
+        consumer2, _, handled2 = _consumer(tmp_path / "b", {tp: 111})
+        await _drain(consumer2, [{tp: _records(topic, 0, range(111, 120))}], active=set())
+        assert handled2 == [] and consumer2.fetch_position[tp] == 111
+        with caplog.at_level(logging.WARNING, logger="streams.worker.faust_app"):
+            await consumer2.perform_seek()
+        assert caplog.records == []
 
     asyncio.run(run())

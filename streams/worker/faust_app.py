@@ -442,6 +442,15 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         # back, the batch is skipped (docs/guarantees.md "A paused
                         # partition's records are fetched again")
                         if tp.topic == handler_topic:
+                            log.info(
+                                "%s[%d]: records %d-%d fetched while the partition was "
+                                "paused; not handled, fetched again from %d",
+                                tp.topic,
+                                tp.partition,
+                                batch[0].offset,
+                                batch[-1].offset,
+                                batch[0].offset,
+                            )
                             self._hold_back(tp, batch)
                         continue
                     if tp.topic == handler_topic and seeked.get(tp, fetched_at + 1) > fetched_at:

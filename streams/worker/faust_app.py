@@ -363,12 +363,23 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             self._thread.seek(tp, batch[0].offset)
 
     def _position(self, tp: Any) -> int | None:
-        """aiokafka's fetch position of ``tp`` now (None: unknown, a reset pending)."""
-        try:
-            state = self._thread._ensure_consumer()._subscription.subscription.assignment
-            position: int | None = state.state_value(tp).position
-        except (AttributeError, KeyError, TypeError):
+        """aiokafka's fetch position of ``tp`` now, or None: no subscription or
+        assignment yet, ``tp`` not assigned, or no position (a reset pending, e.g.
+        right after a reassignment).
+
+        aiokafka's ``TopicPartitionState.position`` *asserts* that there is one: read
+        without ``has_valid_position`` first, a batch held back just as its partition
+        was reassigned would raise AssertionError out of the fetch loop.  Nothing else is
+        caught: another shape of aiokafka's internals (an upgrade) raises here, at
+        the first batch held back, rather than silently never putting one back
+        (``tests/unit/worker/test_seek_gate.py`` reads the real structures)."""
+        subscription = self._thread._ensure_consumer()._subscription.subscription
+        if subscription is None or subscription.assignment is None:
             return None
+        state = subscription.assignment.state_value(tp)
+        if state is None or not state.has_valid_position:
+            return None
+        position: int = state.position
         return position
 
     @property

@@ -283,3 +283,36 @@ def test_records_of_a_paused_partition_are_not_handled_and_are_fetched_again(
         assert caplog.records == []
 
     asyncio.run(run())
+
+
+def test_the_fetch_position_is_read_from_aiokafkas_real_structures(tmp_path: Path) -> None:
+    """``_position`` (what ``_hold_back`` compares before it puts a batch back) on
+    aiokafka's real consumer, not started: None while there is no assignment, no
+    position (a reset pending: aiokafka's ``position`` would assert) or the partition
+    is not assigned; the position once there is one.  The other tests stand in for
+    it, so an aiokafka upgrade that moves these structures fails here."""
+    from aiokafka.structs import TopicPartition
+
+    from streams.worker.faust_app import create_app
+
+    async def run() -> None:
+        app = create_app(
+            Settings(bootstrap="127.0.0.1:1", prefix="tsg"),
+            WorkerConfig(
+                store="memory://", data_dir=str(tmp_path), web_enabled=False, partitions=3
+            ),
+        ).app
+        consumer = app.consumer
+        thread = consumer._thread
+        thread._consumer = thread._create_consumer(loop=asyncio.get_running_loop())
+        kafka = thread._ensure_consumer()
+        tp = TP("tsg.events", 0)
+        assert consumer._position(tp) is None  # no subscription yet
+        kafka._subscription.assign_from_user({TopicPartition("tsg.events", 0)})
+        assert consumer._position(tp) is None  # assigned, no position yet
+        assert consumer._position(TP("tsg.events", 1)) is None  # not assigned
+        kafka._subscription.subscription.assignment.state_value(tp).seek(111)
+        assert consumer._position(tp) == 111
+        thread._consumer = None
+
+    asyncio.run(run())

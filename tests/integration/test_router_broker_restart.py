@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka_io import SessionStreamPublisher
 from procs import RouterProc, frozen
@@ -135,44 +135,51 @@ def written_counts(settings: Settings) -> dict[str, int]:
     ``SessionStreamPublisher.published`` lists what was *handed to* its producer:
     under load its producer has been seen to deliver nothing after the broker
     restart (22,691 events still queued when it gave up), which is no router loss.
+
+    Asked with the AdminClient's ListOffsets, one request for all sessions, each
+    attempt resolving the partitions' leaders afresh.  A consumer's
+    ``get_watermark_offsets`` looks the partition up in that client's own topic
+    cache first: in a fresh-clone CI run (2026-12-03) it kept answering "Local:
+    Unknown partition" for 120 s after a thaw, while the same client's
+    ``list_topics`` listed every partition with its leader.
     """
-    reader = Consumer({"bootstrap.servers": settings.bootstrap, "group.id": "brk-watermarks"})
+    from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
     began = time.monotonic()
     deadline = began + 120
     seen: list[str] = []
-    try:
-        while True:
-            try:
-                return {
-                    sid: reader.get_watermark_offsets(
-                        TopicPartition(settings.session_topic(sid), 0), timeout=30
-                    )[1]
-                    for sid in SESSIONS
-                }
-            except KafkaException as exc:
-                # a broker just restarted or thawed can answer NOT_LEADER_FOR_PARTITION
-                # for a moment (seen after a freeze longer than its own controller's
-                # broker session timeout, under CI load)
-                kerr = exc.args[0]
-                transient = kerr.retriable() or kerr.code() in TRANSIENT
-                seen.append(f"{time.monotonic() - began:.1f}s {kerr.name()}")
-                if not transient or time.monotonic() > deadline:
-                    # (a fresh-clone CI run saw _UNKNOWN_PARTITION for 60 s after a
-                    # thaw: say what the broker's metadata held meanwhile)
-                    raise AssertionError(
-                        f"watermarks unreadable for {time.monotonic() - began:.0f} s: "
-                        f"{seen[:3]} ... {seen[-3:]}; metadata now: "
-                        f"{_partition_view(reader, settings)}"
-                    ) from exc
-                time.sleep(0.5)
-    finally:
-        reader.close()
+    while True:
+        futures = admin.list_offsets(
+            {
+                TopicPartition(settings.session_topic(sid), 0): OffsetSpec.latest()  # type: ignore[no-untyped-call]
+                for sid in SESSIONS
+            },
+            request_timeout=30,
+        )
+        try:
+            by_topic = {tp.topic: fut.result(timeout=40).offset for tp, fut in futures.items()}
+            return {sid: by_topic[settings.session_topic(sid)] for sid in SESSIONS}
+        except KafkaException as exc:
+            # a broker just restarted or thawed can answer NOT_LEADER_FOR_PARTITION
+            # for a moment (seen after a freeze longer than its own controller's
+            # broker session timeout, under CI load)
+            kerr = exc.args[0]
+            transient = kerr.retriable() or kerr.code() in TRANSIENT
+            seen.append(f"{time.monotonic() - began:.1f}s {kerr.name()}")
+            if not transient or time.monotonic() > deadline:
+                raise AssertionError(
+                    f"watermarks unreadable for {time.monotonic() - began:.0f} s: "
+                    f"{seen[:3]} ... {seen[-3:]}; metadata now: "
+                    f"{_partition_view(admin, settings)}"
+                ) from exc
+            time.sleep(0.5)
 
 
-def _partition_view(reader: Consumer, settings: Settings) -> str:
+def _partition_view(admin: AdminClient, settings: Settings) -> str:
     """Leader and error per partition of each session topic, as metadata has them."""
     try:
-        md = reader.list_topics(timeout=10)
+        md = admin.list_topics(timeout=10)
     except KafkaException as exc:
         return f"list_topics failed: {exc}"
     parts = []

@@ -234,6 +234,38 @@ class _Seeks(Protocol):
     async def perform_seek(self) -> None: ...
 
 
+def fetch_position(kafka: Any, tp: Any) -> int | None:
+    """aiokafka's fetch position of ``tp`` in consumer ``kafka``, or None: no
+    subscription or assignment yet, ``tp`` not assigned, or no position (a reset
+    pending, e.g. right after a reassignment).
+
+    aiokafka's ``TopicPartitionState.position`` *asserts* that there is one: read
+    without ``has_valid_position`` first, a batch held back just as its partition
+    was reassigned would raise AssertionError out of the fetch loop.  Nothing else is
+    caught: another shape of aiokafka's internals (an upgrade) raises here, at the
+    first batch held back, rather than silently never putting one back
+    (``tests/unit/worker/test_seek_gate.py`` reads the real structures)."""
+    subscription = kafka._subscription.subscription
+    if subscription is None or subscription.assignment is None:
+        return None
+    state = subscription.assignment.state_value(tp)
+    if state is None or not state.has_valid_position:
+        return None
+    position: int = state.position
+    return position
+
+
+async def put_back(kafka: Any, tp: Any, first: int, after: int) -> bool:
+    """Seek ``tp`` to ``first`` if its fetch position in ``kafka`` is ``after`` (one
+    past a batch taken and not handled); True if it did.  Run in the consumer's own
+    thread (``_ReadCommittedConsumer._put_back``), as a coroutine with no ``await``:
+    nothing of that loop, no rebalance, can come between the check and the seek."""
+    if fetch_position(kafka, tp) != after:
+        return False
+    kafka.seek(tp, first)
+    return True
+
+
 async def seek_back_mid_rebalance(consumer: _Seeks) -> bool:
     """The fetch loop's seek back to the committed offsets while the flow is stopped
     (a rebalance is under way); False when the rebalance revoked a partition under it.
@@ -349,7 +381,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                 committed,
             )
 
-    def _hold_back(self, tp: Any, batch: Sequence[Any]) -> None:
+    async def _hold_back(self, tp: Any, batch: Sequence[Any]) -> None:
         """A batch of ``tp`` the loop does not handle (fetched before its assignment's
         seek, or while ``tp`` was paused): put the fetch position back to its first
         record unless a seek moved it since the batch was taken (then that seek's
@@ -359,28 +391,20 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         lost 3 events per session."""
         if tp not in self._seeked:
             self._held_from.setdefault(tp, batch[0].offset)
-        if self._position(tp) == batch[-1].offset + 1:
-            self._thread.seek(tp, batch[0].offset)
+        await self._put_back(tp, batch[0].offset, batch[-1].offset + 1)
 
-    def _position(self, tp: Any) -> int | None:
-        """aiokafka's fetch position of ``tp`` now, or None: no subscription or
-        assignment yet, ``tp`` not assigned, or no position (a reset pending, e.g.
-        right after a reassignment).
+    async def _put_back(self, tp: Any, first: int, after: int) -> None:
+        """Seek ``tp`` to ``first`` if its fetch position is still ``after``, in the
+        consumer thread (:func:`put_back`).
 
-        aiokafka's ``TopicPartitionState.position`` *asserts* that there is one: read
-        without ``has_valid_position`` first, a batch held back just as its partition
-        was reassigned would raise AssertionError out of the fetch loop.  Nothing else is
-        caught: another shape of aiokafka's internals (an upgrade) raises here, at
-        the first batch held back, rather than silently never putting one back
-        (``tests/unit/worker/test_seek_gate.py`` reads the real structures)."""
-        subscription = self._thread._ensure_consumer()._subscription.subscription
-        if subscription is None or subscription.assignment is None:
-            return None
-        state = subscription.assignment.state_value(tp)
-        if state is None or not state.has_valid_position:
-            return None
-        position: int = state.position
-        return position
+        Why there: aiokafka's state belongs to that thread's event loop, where the
+        rebalances run too.  Checked and sought from this thread (as until
+        2026-12-03), a revoke between the two would make the seek raise
+        ``IllegalStateError`` (no current assignment) out of the fetch loop, and
+        aiokafka's seek wakes its fetcher by completing a future of the other loop,
+        which is not thread-safe (read from the code, neither seen)."""
+        thread = self._thread
+        await thread.call_thread(put_back, thread._ensure_consumer(), tp, first, after)
 
     @property
     def _handler(self) -> EventBatchHandler | None:
@@ -462,13 +486,13 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                                 batch[-1].offset,
                                 batch[0].offset,
                             )
-                            self._hold_back(tp, batch)
+                            await self._hold_back(tp, batch)
                         continue
                     if tp.topic == handler_topic and seeked.get(tp, fetched_at + 1) > fetched_at:
                         # fetched before this assignment's seek (perform_seek) ended:
                         # maybe not from the committed offset (seen: from the end of
                         # the log); fetched again from where it starts or the seek set
-                        self._hold_back(tp, batch)
+                        await self._hold_back(tp, batch)
                         continue
                     r_offset = read_offset[tp]
                     if r_offset is not None:

@@ -64,13 +64,14 @@ def _consumer(tmp_path: Path, committed: dict[TP, int]) -> tuple[Any, Any, list[
     consumer.seeks = []
     consumer.while_waiting = []
     consumer.fetch_position = {}
-    consumer._position = lambda tp: consumer.fetch_position.get(tp)
 
-    def seek(tp: TP, offset: int) -> None:
-        consumer.seeks.append((tp.partition, offset))
-        consumer.fetch_position[tp] = offset
+    async def put_back(tp: TP, first: int, after: int) -> None:
+        # (the real one runs faust_app.put_back in the consumer thread: tested below)
+        if consumer.fetch_position.get(tp) == after:
+            consumer.seeks.append((tp.partition, first))
+            consumer.fetch_position[tp] = first
 
-    consumer._thread.seek = seek
+    consumer._put_back = put_back
     return consumer, app, handled
 
 
@@ -286,33 +287,51 @@ def test_records_of_a_paused_partition_are_not_handled_and_are_fetched_again(
 
 
 def test_the_fetch_position_is_read_from_aiokafkas_real_structures(tmp_path: Path) -> None:
-    """``_position`` (what ``_hold_back`` compares before it puts a batch back) on
-    aiokafka's real consumer, not started: None while there is no assignment, no
-    position (a reset pending: aiokafka's ``position`` would assert) or the partition
-    is not assigned; the position once there is one.  The other tests stand in for
-    it, so an aiokafka upgrade that moves these structures fails here."""
+    """``fetch_position`` and ``put_back`` (what ``_hold_back`` runs in the consumer
+    thread) on aiokafka's real subscription state: no position while there is no
+    assignment, no position yet (a reset pending: aiokafka's ``position`` would
+    assert) or the partition is not assigned, and then no seek; a seek only where
+    the position is still one past the batch.  The other tests stand in for them,
+    so an aiokafka upgrade that moves these structures fails here."""
+    from aiokafka.consumer.subscription_state import SubscriptionState
     from aiokafka.structs import TopicPartition
 
-    from streams.worker.faust_app import create_app
+    from streams.worker.faust_app import create_app, fetch_position, put_back
 
     async def run() -> None:
+        # the worker's own aiokafka consumer, as its thread creates it (not started)
         app = create_app(
             Settings(bootstrap="127.0.0.1:1", prefix="tsg"),
             WorkerConfig(
                 store="memory://", data_dir=str(tmp_path), web_enabled=False, partitions=3
             ),
         ).app
-        consumer = app.consumer
-        thread = consumer._thread
-        thread._consumer = thread._create_consumer(loop=asyncio.get_running_loop())
-        kafka = thread._ensure_consumer()
+        thread = app.consumer._thread
+        kafka = thread._create_consumer(loop=asyncio.get_running_loop())
         tp = TP("tsg.events", 0)
-        assert consumer._position(tp) is None  # no subscription yet
+        assert fetch_position(kafka, tp) is None  # no subscription yet
         kafka._subscription.assign_from_user({TopicPartition("tsg.events", 0)})
-        assert consumer._position(tp) is None  # assigned, no position yet
-        assert consumer._position(TP("tsg.events", 1)) is None  # not assigned
+        assert fetch_position(kafka, tp) is None  # assigned, no position yet
+        assert fetch_position(kafka, TP("tsg.events", 1)) is None  # not assigned
         kafka._subscription.subscription.assignment.state_value(tp).seek(111)
-        assert consumer._position(tp) == 111
-        thread._consumer = None
+        assert fetch_position(kafka, tp) == 111
+
+        await kafka.stop()  # (never started: only closes its client)
+
+        # put_back on a real subscription state (the seek itself recorded: a
+        # consumer that is not started has no fetcher to seek with)
+        subscription = SubscriptionState()
+        seeks: list[tuple[Any, int]] = []
+        stub = SimpleNamespace(
+            _subscription=subscription, seek=lambda tp, offset: seeks.append((tp, offset))
+        )
+        assert not await put_back(stub, tp, 111, 120)  # no assignment
+        subscription.assign_from_user({TopicPartition("tsg.events", 0)})
+        assert not await put_back(stub, tp, 111, 120)  # no position yet
+        subscription.subscription.assignment.state_value(tp).seek(120)
+        assert not await put_back(stub, tp, 111, 125)  # moved since (a seek): left
+        assert seeks == []
+        assert await put_back(stub, tp, 111, 120)
+        assert seeks == [(tp, 111)]
 
     asyncio.run(run())

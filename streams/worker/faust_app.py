@@ -471,8 +471,9 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                         and tp not in active
                         and tp not in self._buffered_partitions
                     ):
-                        # paused (Faust's recovery pauses the events partitions while
-                        # it reads the changelogs): aiokafka returned it anyway, and
+                        # paused (Faust pauses every partition at an assignment and
+                        # resumes the events ones after recovery): aiokafka returned
+                        # it anyway (seen just after a recovery began), and
                         # its fetch position is past the batch; dropped without going
                         # back, the batch is skipped (docs/guarantees.md "A paused
                         # partition's records are fetched again")

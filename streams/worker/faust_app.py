@@ -322,6 +322,15 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         #: before its assignment's first seek (:meth:`_hold_back`), to name at that
         #: seek the ones fetched from past the committed offset (the 2026-12-02 loss)
         self._held_from: dict[Any, int] = {}
+        #: ``<prefix>.events`` partition -> when a batch of it was first held back
+        #: waiting for its assignment's first seek, and whether that was logged
+        #: (:meth:`_hold_back`: a partition held back longer is named at WARNING)
+        self._held_since: dict[Any, list[Any]] = {}
+
+    #: A partition whose batches are held back for its assignment's first seek for
+    #: longer than this is named in a WARNING (once per assignment): the worker
+    #: handles nothing of it until a seek comes.
+    HELD_WARN_S = 15.0
 
     async def perform_seek(self) -> None:
         """Faust's seek to the committed offsets, never behind what this worker handled.
@@ -380,6 +389,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         fixed (docs/guarantees.md "A paused partition's records are fetched
         again"); an occurrence now would mean another one."""
         held = self._held_from.pop(tp, None)
+        self._held_since.pop(tp, None)
         if held is not None and committed is not None and held > committed:
             log.warning(
                 "%s[%d]: the fetcher returned records from offset %d, past the committed "
@@ -402,6 +412,19 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         lost 3 events per session."""
         if tp not in self._seeked:
             self._held_from.setdefault(tp, batch[0].offset)
+            since = self._held_since.setdefault(tp, [time.monotonic(), False])
+            if not since[1] and time.monotonic() - since[0] > self.HELD_WARN_S:
+                since[1] = True
+                log.warning(
+                    "%s[%d]: fetched records held back for %.0f s waiting for this "
+                    "assignment's first seek (consumer generation %s, seek round %d); "
+                    "none of this partition is handled until a seek comes",
+                    tp.topic,
+                    tp.partition,
+                    time.monotonic() - since[0],
+                    self.app.consumer_generation_id,
+                    self._seek_round,
+                )
         self._put_back(tp, batch[0].offset, batch[-1].offset + 1)
 
     def _put_back(self, tp: Any, first: int, after: int) -> None:
@@ -598,6 +621,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         for tp in revoked:
             self._seeked.pop(tp, None)  # (positioned again by the next seek)
             self._held_from.pop(tp, None)
+            self._held_since.pop(tp, None)
         await super().on_partitions_revoked(revoked)
         if handler is not None:
             handler.forget((tp.topic, tp.partition) for tp in revoked)

@@ -345,3 +345,36 @@ def test_the_fetch_position_is_read_from_aiokafkas_real_structures(tmp_path: Pat
         assert not put_back(stub, tp, 111, 120)
 
     asyncio.run(run())
+
+
+def test_a_partition_held_back_long_for_its_seek_is_named_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Records held back for an assignment's first seek are handled only once a seek
+    comes: past ``HELD_WARN_S`` the partition is named at WARNING, once (two CI runs
+    on 2026-12-03 ended with a restarted worker that applied nothing more, and
+    nothing in its log said why)."""
+
+    async def run() -> None:
+        topic = "tsg.events"
+        tp = TP(topic, 0)
+        consumer, _, handled = _consumer(tmp_path, {tp: 111})
+        consumer.HELD_WARN_S = 0.0
+        with caplog.at_level(logging.WARNING, logger="streams.worker.faust_app"):
+            await _drain(
+                consumer,
+                [
+                    {tp: _records(topic, 0, range(111, 113))},
+                    {tp: _records(topic, 0, range(111, 113))},
+                ],
+            )
+        assert handled == []
+        messages = [r.getMessage() for r in caplog.records]
+        assert len(messages) == 1 and messages[0].startswith(
+            "tsg.events[0]: fetched records held back for 0 s waiting for this assignment's "
+            "first seek"
+        ), messages
+        await consumer.perform_seek()
+        assert consumer._held_since == {}
+
+    asyncio.run(run())

@@ -84,6 +84,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "crash it gets its partitions back at once instead of after --session-timeout",
     )
     parser.add_argument(
+        "--stall-warn",
+        type=float,
+        default=20.0,
+        metavar="SECONDS",
+        help="name at WARNING an events partition that has records to handle (or is "
+        "paused, unpositioned, behind a seek or a batch) and has not moved for this "
+        "long, with the worker's whole fetch state (default 20; SIGUSR1 logs the same "
+        "state and every thread's and task's stack at any time)",
+    )
+    parser.add_argument(
         "--session-timeout",
         type=float,
         default=10.0,
@@ -186,6 +196,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         timer_interval_s=args.timer_interval,
         max_sessions_in_memory=args.max_sessions_in_memory,
         session_timeout_s=args.session_timeout,
+        stall_warn_s=args.stall_warn,
     )
 
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from streams.errors import ConfigError
+from streams.worker.stall import DEFAULT_STALL_S
 
 if TYPE_CHECKING:
     from streams.core.config import EngineConfig
@@ -70,6 +71,8 @@ class WorkerConfig:
     back at once instead of after the dead member's session timeout.
     ``session_timeout_s`` is how long the group waits for a silent member before its
     partitions move (the broker accepts 6-1800 s).
+    ``stall_warn_s``: an events partition held (records to handle, paused, no seek)
+    with no progress for this long is named at WARNING (streams/worker/stall.py).
     """
 
     store: str = "rocksdb://"
@@ -92,6 +95,7 @@ class WorkerConfig:
     web_ssl_context: ssl.SSLContext | None = None
     group_instance_id: str | None = None
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
+    stall_warn_s: float = DEFAULT_STALL_S
 
     def __post_init__(self) -> None:
         store = STORES.get(self.store, self.store)
@@ -122,6 +126,10 @@ class WorkerConfig:
                 f"{self.session_timeout_s}: give {MIN_SESSION_TIMEOUT_S:g}-"
                 f"{MAX_SESSION_TIMEOUT_S:g} seconds "
                 "(the broker's group.min/max.session.timeout.ms)",
+            )
+        if not self.stall_warn_s > 0:
+            raise ConfigError(
+                "--stall-warn", f"{self.stall_warn_s}: give a positive number of seconds, e.g. 20"
             )
         if self.max_sessions_in_memory < 1:
             raise ConfigError(

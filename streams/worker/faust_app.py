@@ -53,6 +53,7 @@ from streams.worker.config import STORES, WorkerConfig
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.outputs import OutputEncoder
 from streams.worker.processor import EventProcessor, PendingWrite, TableWrite
+from streams.worker.stall import FetchReport, PartitionFetch, StallWatch
 from streams.worker.state import SessionCounters
 from streams.worker.web import key_partition, key_str, register_views
 
@@ -255,6 +256,19 @@ def fetch_position(kafka: Any, tp: Any) -> int | None:
     return position
 
 
+def partition_flags(kafka: Any, tp: Any) -> tuple[int | None, bool]:
+    """``(high watermark, paused)`` of ``tp`` in aiokafka consumer ``kafka`` (None,
+    False when it is not assigned there); read like :func:`fetch_position`."""
+    subscription = kafka._subscription.subscription
+    if subscription is None or subscription.assignment is None:
+        return None, False
+    state = subscription.assignment.state_value(tp)
+    if state is None:
+        return None, False
+    highwater: int | None = state.highwater
+    return highwater, bool(state.paused)
+
+
 def put_back(kafka: Any, tp: Any, first: int, after: int) -> bool:
     """Seek ``tp`` to ``first`` if its fetch position in ``kafka`` is ``after`` (one
     past a batch taken and not handled); True if it did.
@@ -326,6 +340,10 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         #: waiting for its assignment's first seek, and whether that was logged
         #: (:meth:`_hold_back`: a partition held back longer is named at WARNING)
         self._held_since: dict[Any, list[Any]] = {}
+        #: monotonic start of the batch in the handler / of the seek under way (None:
+        #: none), for :meth:`fetch_report`
+        self._batch_since: float | None = None
+        self._seek_since: float | None = None
 
     #: A partition whose batches are held back for its assignment's first seek for
     #: longer than this is named in a WARNING (once per assignment): the worker
@@ -367,7 +385,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             return
         generation = self.app.consumer_generation_id
         seeked_before = set(self._seeked)
-        await super().perform_seek()
+        self._seek_since = time.monotonic()
+        try:
+            await super().perform_seek()
+        finally:
+            self._seek_since = None
         self._seek_round += 1
         read_offset = self._read_offset
         for tp in seeked_before:
@@ -529,7 +551,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                     if tp.topic == handler_topic:
                         monitor.track_tp_end_offset(tp, self.highwater(tp))
                         monitor.stream_inbound_time[tp] = time.monotonic()
-                        stats = await handler.handle(batch, current=still_current)
+                        self._batch_since = time.monotonic()
+                        try:
+                            stats = await handler.handle(batch, current=still_current)
+                        finally:
+                            self._batch_since = None
                         if stats is None:
                             break  # revoked while it waited for the lock: fetched again
                         if trace is not None:
@@ -563,6 +589,70 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             raise
         finally:
             self.diag.unset_flag(CONSUMER_FETCHING)
+
+    @_aiokafka_driver.Consumer.task
+    async def _watch_for_stalls(self) -> None:
+        """Every few seconds, from the consumer's start (before recovery, which
+        Faust's timers wait for): name an events partition that stopped moving
+        (streams/worker/stall.py)."""
+        watch: StallWatch | None = getattr(self.app, "stall_watch", None)
+        if watch is None:
+            return
+        interval = min(5.0, watch.stall_s / 2)
+        while not self.should_stop:
+            await self.sleep(interval)
+            report = self.fetch_report()
+            if report is None:
+                continue
+            for level, text in watch.observe(time.monotonic(), report):
+                if level == "warning":
+                    log.warning("%s", text)
+                else:
+                    log.info("%s", text)
+
+    def fetch_report(self) -> FetchReport | None:
+        """How each assigned events partition is being fetched (for
+        :class:`~streams.worker.stall.StallWatch` and SIGUSR1); None before the
+        consumer exists.  Reads the consumer thread's structures from this thread,
+        as Faust's own ``highwater`` does: a snapshot, not a transaction."""
+        handler = self._handler
+        if handler is None or self._thread._consumer is None:
+            return None
+        kafka = self._thread._consumer
+        now = time.monotonic()
+        active = self._active_partitions
+        parts = []
+        for tp in sorted(self.assignment()):
+            if tp.topic != handler.topic:
+                continue
+            highwater, paused = partition_flags(kafka, tp)
+            since = self._held_since.get(tp)
+            parts.append(
+                PartitionFetch(
+                    partition=tp.partition,
+                    next_offset=self._read_offset.get(tp),
+                    position=fetch_position(kafka, tp),
+                    highwater=highwater,
+                    active=active is None or tp in active,
+                    paused=paused,
+                    seeked=tp in self._seeked,
+                    held_s=now - since[0] if since is not None else None,
+                )
+            )
+        queue = getattr(self._thread._method_queue, "_queue", None)
+        return FetchReport(
+            topic=handler.topic,
+            generation=self.app.consumer_generation_id,
+            flow_active=bool(self.flow_active),
+            rebalancing=bool(self.app.rebalancing),
+            seek_round=self._seek_round,
+            commit_under_way=self._commit_fut is not None,
+            handler_locked=handler.lock.locked(),
+            thread_calls=queue.qsize() if queue is not None else None,
+            partitions=tuple(parts),
+            batch_s=now - self._batch_since if self._batch_since is not None else None,
+            seek_s=now - self._seek_since if self._seek_since is not None else None,
+        )
 
     def _new_offset(self, tp: Any) -> int | None:
         handler = self._handler
@@ -1253,6 +1343,8 @@ class ObserverApp(faust.App):
     state_flusher: StateFlusher | None = None
     #: The hot path for ``batch_handler.topic`` (``_ReadCommittedConsumer._drain_messages``).
     batch_handler: EventBatchHandler | None = None
+    #: Names a stalled events partition (streams/worker/stall.py); set by create_app.
+    stall_watch: StallWatch | None = None
 
     def _new_transport(self) -> Any:
         return _ReadCommittedTransport(self.conf.broker_consumer, self)
@@ -1519,6 +1611,12 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         # registered by call, not as a decorator: Faust's timer() returns a bare Callable
         app.timer(timer_interval_s)(_assess_quiet_sessions)
 
+    # (watched from the consumer service, not a Faust timer: Faust starts its timers
+    # only after table recovery has completed, and a recovery that never completes
+    # is a stall to name)
+    stall_watch = StallWatch(config.stall_warn_s)
+    app.stall_watch = stall_watch
+
     if _TRACE is not None:
         app.task(_TRACE.loop_lag)
         app.timer(1.0)(_flush_trace)
@@ -1549,6 +1647,8 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
             "engines_waiting": flusher.engines_waiting,
             "offsets_held": flusher.offsets_held,
             "batches": handler.batches,
+            "stalls": stall_watch.stalls,
+            "stalled_partitions": stall_watch.stalled(),
         },
         metrics=metrics,
         events_topic=settings.events_topic,

@@ -176,6 +176,20 @@ class BoundedStopWorker(faust.Worker):
         self.watchdog.arm(signal.Signals(sig).name)
         super()._schedule_shutdown(sig)
 
+    def _on_sigusr1(self) -> None:
+        """SIGUSR1: log the fetch state (streams/worker/stall.py) at WARNING, then
+        mode's dump of every thread's stack and every asyncio task's."""
+        report_of = getattr(getattr(self.app, "consumer", None), "fetch_report", None)
+        if report_of is not None:
+            try:
+                report = report_of()
+            except Exception as exc:  # a diagnostic must still reach the stacks
+                log.warning("SIGUSR1: fetch state unavailable: %r", exc)
+            else:
+                text = report.describe() if report is not None else "no consumer yet"
+                log.warning("SIGUSR1: the worker's fetch state: %s", text)
+        super()._on_sigusr1()
+
     def stop_and_shutdown(self) -> None:
         self.watchdog.loop = self.loop
         self.watchdog.arm("the worker stopping")

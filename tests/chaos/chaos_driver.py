@@ -39,6 +39,7 @@ import json
 import os
 import random
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -211,6 +212,40 @@ class Proc:
         except subprocess.TimeoutExpired:
             self.popen.kill()
             self.popen.wait(10)
+
+    def diagnose(self) -> None:
+        """A worker that does not recover: SIGUSR1 (it logs its fetch state at
+        WARNING, then every thread's and task's stack) and a py-spy dump, into its
+        log, so the report's log lines say where it waits."""
+        if not self.alive():
+            return
+        assert self.popen is not None
+        self.popen.send_signal(signal.SIGUSR1)
+        time.sleep(2.0)
+        spy = shutil.which("py-spy")
+        if spy:
+            with self.log.open("ab") as fh:
+                subprocess.run(
+                    [spy, "dump", "--pid", str(self.popen.pid)],
+                    stdout=fh,
+                    stderr=subprocess.STDOUT,
+                    timeout=30,
+                    check=False,
+                )
+
+    def warnings(self, last: int = 12, width: int = 1500) -> str:
+        """Its last WARNING-or-worse lines (a stall, a SIGUSR1 fetch state): the tail
+        alone shows only the stacks that came after them."""
+        try:
+            text = self.log.read_text(errors="replace")
+        except OSError:
+            return ""
+        lines = [
+            line[:width]
+            for line in text.splitlines()
+            if "[WARNING]" in line or "[ERROR]" in line or "[CRITICAL]" in line
+        ]
+        return "\n".join(lines[-last:])
 
     def tail(self, lines: int = 15) -> str:
         try:
@@ -737,6 +772,8 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
                 rec = monitor.first_after(since, cfg.recovery_timeout_s)
             else:
                 rec = worker_recovery(since, 0)
+                if rec is None:
+                    proc.diagnose()  # (where the restarted worker waits, into its log)
             result.kills.append(KillRecord(i, target, round(at, 1), rec))
             log(f"chaos: kill {i + 1}/{cfg.kills} {target} at {at:.0f}s, recovery {rec}")
         load.stopping.set()
@@ -751,7 +788,10 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
         monitor.stop_event.set()
         for proc in procs.values():
             proc.stop()
-        result.logs = {name: proc.tail(30) for name, proc in procs.items()}
+        result.logs = {
+            name: (f"{w}\n---- last lines ----\n" if (w := proc.warnings()) else "") + proc.tail(30)
+            for name, proc in procs.items()
+        }
         broker.stop()
         monitor.join(10)
     return result

@@ -193,6 +193,40 @@ class WorkerProc:
             self._log.flush()
         return self.log_path.read_bytes()[-4000:].decode("utf-8", "replace")
 
+    def warnings(self, last: int = 30, width: int = 2000) -> str:
+        """The worker's last ``last`` WARNING/ERROR/CRITICAL lines (each cut to
+        ``width``): a stall (streams/worker/stall.py) or a SIGUSR1 fetch state is
+        named there, whatever came after it in the log."""
+        if not self._log.closed:
+            self._log.flush()
+        lines = [
+            line[:width]
+            for line in self.log_path.read_text(errors="replace").splitlines()
+            if "[WARNING]" in line or "[ERROR]" in line or "[CRITICAL]" in line
+        ]
+        return "\n".join(lines[-last:]) or "(no WARNING or worse)"
+
+    def diagnose(self) -> str:
+        """A stuck-looking worker, before the test fails: SIGUSR1 (the worker logs
+        its fetch state at WARNING, then mode dumps every thread's and task's stack
+        into its log) and a py-spy dump (threads, even with the event loop blocked)
+        appended to the log.  Returns what a failure message should show: its
+        warnings, and where the full log is."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGUSR1)
+            time.sleep(2.0)
+            spy = shutil.which("py-spy")
+            if spy and not self._log.closed:
+                self._log.flush()
+                subprocess.run(
+                    [spy, "dump", "--pid", str(self.proc.pid)],
+                    stdout=self._log,
+                    stderr=subprocess.STDOUT,
+                    timeout=30,
+                    check=False,
+                )
+        return f"worker warnings:\n{self.warnings()}\n(full log with stacks: {self.log_path})"
+
     def wait_state(self, expected: dict[str, dict[str, Any]], timeout_s: float = 90.0) -> None:
         """Poll until every session's state has ``last_seq`` as expected (or fail)."""
         deadline = time.monotonic() + timeout_s
@@ -207,7 +241,9 @@ class WorkerProc:
                 if status == 200 and body["state"]["last_seq"] >= pending[sid]["last_seq"]:
                     del pending[sid]
             time.sleep(0.3)
-        assert not pending, f"sessions not caught up: {sorted(pending)}\n{self.log_tail()}"
+        if pending:
+            context = self.diagnose()
+            raise AssertionError(f"sessions not caught up: {sorted(pending)}\n{context}")
 
     def stop(self, sig: int = signal.SIGTERM, timeout_s: float = 60.0) -> int:
         if self.proc.poll() is None:

@@ -151,7 +151,9 @@ def wait_all(workers: list[WorkerProc], exp: dict[str, dict[str, Any]], timeout_
             if body is not None and body["state"]["last_seq"] >= exp[sid]["last_seq"]:
                 pending.discard(sid)
         time.sleep(0.3)
-    assert not pending, f"not caught up: {sorted(pending)}\n" + workers[-1].log_tail()
+    assert not pending, f"not caught up: {sorted(pending)}\n" + "\n".join(
+        w.diagnose() for w in workers
+    )
 
 
 def session_events(sid: str, start: int, calls: int = 8, fail_every: int = 1) -> list[TraceEvent]:

@@ -296,7 +296,7 @@ def test_the_fetch_position_is_read_from_aiokafkas_real_structures(tmp_path: Pat
     from aiokafka.consumer.subscription_state import SubscriptionState
     from aiokafka.structs import TopicPartition
 
-    from streams.worker.faust_app import create_app, fetch_position, put_back
+    from streams.worker.faust_app import create_app, fetch_position, partition_flags, put_back
 
     async def run() -> None:
         # the worker's own aiokafka consumer, as its thread creates it (not started)
@@ -310,11 +310,21 @@ def test_the_fetch_position_is_read_from_aiokafkas_real_structures(tmp_path: Pat
         kafka = thread._create_consumer(loop=asyncio.get_running_loop())
         tp = TP("tsg.events", 0)
         assert fetch_position(kafka, tp) is None  # no subscription yet
+        assert partition_flags(kafka, tp) == (None, False)
         kafka._subscription.assign_from_user({TopicPartition("tsg.events", 0)})
         assert fetch_position(kafka, tp) is None  # assigned, no position yet
         assert fetch_position(kafka, TP("tsg.events", 1)) is None  # not assigned
-        kafka._subscription.subscription.assignment.state_value(tp).seek(111)
+        assert partition_flags(kafka, TP("tsg.events", 1)) == (None, False)
+        state = kafka._subscription.subscription.assignment.state_value(tp)
+        state.seek(111)
         assert fetch_position(kafka, tp) == 111
+        # the stall watch's high watermark and pause flag (streams/worker/stall.py)
+        assert partition_flags(kafka, tp) == (None, False)
+        state.highwater = 130
+        kafka._subscription.pause(TopicPartition("tsg.events", 0))
+        assert partition_flags(kafka, tp) == (130, True)
+        kafka._subscription.resume(TopicPartition("tsg.events", 0))
+        assert partition_flags(kafka, tp) == (130, False)
 
         await kafka.stop()  # (never started: only closes its client)
 

@@ -1,0 +1,150 @@
+"""A worker that stops handling events says so, with what it waits on.
+
+Two fresh-clone CI runs (2026-12-03) ended with a restarted worker that applied
+nothing more and logged nothing about it while its HTTP view answered.  Here a real
+worker on the real broker is made to hang in its batch handler (test-only
+``sitecustomize``: the handler waits while a file exists), and must name the stall
+at WARNING within ``--stall-warn``, count it in /stats, log its fetch state and
+every stack on SIGUSR1, and say when it moves again, losing nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from kafka_io import produce
+from procs import WorkerProc
+from workloads import check_tables, expected_of, make_session
+
+from streams.core.events import TraceEvent
+from streams.settings import Settings
+
+_HANG_SITECUSTOMIZE = """\
+import asyncio
+import os
+
+from streams.worker import batch as _batch
+
+HOLD = os.environ["STALL_TEST_HOLD"]
+_handle = _batch.EventBatchHandler.handle
+
+
+async def _held_handle(self, records, current=None):
+    while os.path.exists(HOLD):
+        await asyncio.sleep(0.1)
+    return await _handle(self, records, current=current)
+
+
+_batch.EventBatchHandler.handle = _held_handle
+print("test sitecustomize: the batch handler waits while", HOLD, "exists", flush=True)
+"""
+
+
+def _log(worker: WorkerProc) -> str:
+    return worker.log_path.read_text(errors="replace")
+
+
+def _wait_log(worker: WorkerProc, text: str, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while text not in _log(worker):
+        assert worker.proc.poll() is None, worker.log_tail()
+        assert time.monotonic() < deadline, f"no {text!r} in the log:\n{worker.warnings()}"
+        time.sleep(0.2)
+
+
+@pytest.mark.timeout(300)
+def test_a_worker_hung_in_its_handler_names_the_stall_and_recovers(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from streams.topics import ensure_worker_topics
+
+    ensure_worker_topics(settings)
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(_HANG_SITECUSTOMIZE)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    monkeypatch.setenv("STALL_TEST_HOLD", str(hold))
+    worker = WorkerProc(
+        settings, tmp_path / "data", extra=("--stall-warn", "4"), pythonpath=(inject,)
+    )
+    try:
+        _wait_log(worker, "the batch handler waits while", 60)
+        sessions = [make_session(f"stall-{i}", 30, seed=i) for i in range(6)]
+        events = [s[j] for j in range(30) for s in sessions]
+        produce(settings, events)
+        exp = expected_of(events)
+
+        _wait_log(worker, "no event handled for", 120)
+        text = next(line for line in _log(worker).splitlines() if "no event handled for" in line)
+        assert "[WARNING]" in text, text
+        assert f"{settings.events_topic}[" in text, text
+        assert "a batch has been in the handler for" in text, text
+        assert "batch in the handler" in text and "seeked True" in text, text
+        status, stats = worker.get("/stats")
+        assert status == 200 and stats["stalls"] >= 1 and stats["stalled_partitions"], stats
+        assert stats["applied"] == 0, stats  # (really stuck: nothing applied)
+
+        worker.proc.send_signal(signal.SIGUSR1)
+        _wait_log(worker, "SIGUSR1: the worker's fetch state: consumer generation", 30)
+        _wait_log(worker, "_held_handle", 30)  # mode's stack of every task
+
+        hold.unlink()
+        worker.wait_state({sid: {"last_seq": d["last_seq"]} for sid, d in exp.items()}, 120)
+        check_tables(worker, exp)
+        _wait_log(worker, "handling again after a stall of", 30)
+        status, stats = worker.get("/stats")
+        assert stats["stalled_partitions"] == [], stats
+    finally:
+        if hold.exists():
+            hold.unlink()
+        code = worker.stop()
+    assert code == 0, worker.log_tail()
+
+
+def _produce_in_transactions(settings: Settings, events: list[TraceEvent]) -> None:
+    """As the router writes ``<prefix>.events``: in transactions, so the last offset
+    of each partition is a commit marker the worker never handles."""
+    from confluent_kafka import Producer
+
+    from streams.serde import EventSerde
+
+    serde = EventSerde()
+    p = Producer(
+        {
+            "bootstrap.servers": settings.bootstrap,
+            "partitioner": "murmur2_random",
+            "transactional.id": f"{settings.prefix}-stall-test",
+        }
+    )
+    p.init_transactions(30)
+    for start in range(0, len(events), 20):
+        p.begin_transaction()
+        for ev in events[start : start + 20]:
+            p.produce(settings.events_topic, key=ev.session_id.encode(), value=serde.encode(ev))
+        p.commit_transaction(30)
+
+
+def test_an_idle_worker_names_no_stall(settings: Settings, tmp_path: Path) -> None:
+    """Caught up and quiet for several stall periods (the last record of each
+    partition is a transaction's commit marker): no stall line."""
+    from streams.topics import ensure_worker_topics
+
+    ensure_worker_topics(settings)
+    worker = WorkerProc(settings, tmp_path / "data", extra=("--stall-warn", "2"))
+    try:
+        sessions = [make_session(f"idle-{i}", 10, seed=i) for i in range(6)]
+        events = [s[j] for j in range(10) for s in sessions]
+        _produce_in_transactions(settings, events)
+        exp = expected_of(events)
+        worker.wait_state({sid: {"last_seq": d["last_seq"]} for sid, d in exp.items()}, 120)
+        time.sleep(10)  # five stall periods, the watch looking every second
+        assert "no event handled for" not in _log(worker), worker.warnings()
+        status, stats = worker.get("/stats")
+        assert status == 200 and stats["stalls"] == 0, stats
+    finally:
+        code = worker.stop()
+    assert code == 0, worker.log_tail()

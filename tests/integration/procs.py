@@ -206,6 +206,20 @@ class WorkerProc:
         ]
         return "\n".join(lines[-last:]) or "(no WARNING or worse)"
 
+    def _spy_dump(self) -> None:
+        """py-spy's dump of the worker's threads (if py-spy is installed) appended to
+        its log: works even with the event loop blocked."""
+        self._log.flush()
+        spy = shutil.which("py-spy")
+        if spy:
+            subprocess.run(
+                [spy, "dump", "--pid", str(self.proc.pid)],
+                stdout=self._log,
+                stderr=subprocess.STDOUT,
+                timeout=30,
+                check=False,
+            )
+
     def diagnose(self) -> str:
         """A stuck-looking worker, before the test fails: SIGUSR1 (the worker logs
         its fetch state at WARNING, then mode dumps every thread's and task's stack
@@ -215,16 +229,8 @@ class WorkerProc:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGUSR1)
             time.sleep(2.0)
-            spy = shutil.which("py-spy")
-            if spy and not self._log.closed:
-                self._log.flush()
-                subprocess.run(
-                    [spy, "dump", "--pid", str(self.proc.pid)],
-                    stdout=self._log,
-                    stderr=subprocess.STDOUT,
-                    timeout=30,
-                    check=False,
-                )
+            if not self._log.closed:
+                self._spy_dump()
         return f"worker warnings:\n{self.warnings()}\n(full log with stacks: {self.log_path})"
 
     def wait_state(self, expected: dict[str, dict[str, Any]], timeout_s: float = 90.0) -> None:
@@ -254,16 +260,7 @@ class WorkerProc:
             # Hung: show where before killing it.  py-spy (if installed) dumps the
             # threads even when the event loop is blocked; SIGUSR1 makes mode log the
             # stack of every thread and asyncio task (mode.Worker._on_sigusr1 -> cry).
-            self._log.flush()
-            spy = shutil.which("py-spy")
-            if spy:
-                subprocess.run(
-                    [spy, "dump", "--pid", str(self.proc.pid)],
-                    stdout=self._log,
-                    stderr=subprocess.STDOUT,
-                    timeout=30,
-                    check=False,
-                )
+            self._spy_dump()
             self.proc.send_signal(signal.SIGUSR1)
             try:
                 code = self.proc.wait(3)

@@ -235,21 +235,27 @@ class _Seeks(Protocol):
     async def perform_seek(self) -> None: ...
 
 
-def fetch_position(kafka: Any, tp: Any) -> int | None:
-    """aiokafka's fetch position of ``tp`` in consumer ``kafka``, or None: no
-    subscription or assignment yet, ``tp`` not assigned, or no position (a reset
-    pending, e.g. right after a reassignment).
-
-    aiokafka's ``TopicPartitionState.position`` *asserts* that there is one: read
-    without ``has_valid_position`` first, a batch held back just as its partition
-    was reassigned would raise AssertionError out of the fetch loop.  Nothing else is
-    caught: another shape of aiokafka's internals (an upgrade) raises here, at the
-    first batch held back, rather than silently never putting one back
+def _partition_state(kafka: Any, tp: Any) -> Any:
+    """aiokafka's ``TopicPartitionState`` of ``tp`` in consumer ``kafka``, or None: no
+    subscription or assignment yet, or ``tp`` not assigned.  Nothing is caught:
+    another shape of aiokafka's internals (an upgrade) raises here
     (``tests/unit/worker/test_seek_gate.py`` reads the real structures)."""
     subscription = kafka._subscription.subscription
     if subscription is None or subscription.assignment is None:
         return None
-    state = subscription.assignment.state_value(tp)
+    return subscription.assignment.state_value(tp)
+
+
+def fetch_position(kafka: Any, tp: Any) -> int | None:
+    """aiokafka's fetch position of ``tp`` in consumer ``kafka``, or None: not
+    assigned (:func:`_partition_state`), or no position (a reset pending, e.g.
+    right after a reassignment).
+
+    aiokafka's ``TopicPartitionState.position`` *asserts* that there is one: read
+    without ``has_valid_position`` first, a batch held back just as its partition
+    was reassigned would raise AssertionError out of the fetch loop, rather than
+    put it back."""
+    state = _partition_state(kafka, tp)
     if state is None or not state.has_valid_position:
         return None
     position: int = state.position
@@ -258,11 +264,8 @@ def fetch_position(kafka: Any, tp: Any) -> int | None:
 
 def partition_flags(kafka: Any, tp: Any) -> tuple[int | None, bool]:
     """``(high watermark, paused)`` of ``tp`` in aiokafka consumer ``kafka`` (None,
-    False when it is not assigned there); read like :func:`fetch_position`."""
-    subscription = kafka._subscription.subscription
-    if subscription is None or subscription.assignment is None:
-        return None, False
-    state = subscription.assignment.state_value(tp)
+    False when it is not assigned there: :func:`_partition_state`)."""
+    state = _partition_state(kafka, tp)
     if state is None:
         return None, False
     highwater: int | None = state.highwater

@@ -14,13 +14,14 @@ reports, every few seconds, one :class:`PartitionFetch` per assigned
 ``<prefix>.events`` partition (:class:`FetchReport`); a partition is *held* when
 something keeps it from being handled (records behind its high watermark, paused,
 not in Faust's active set, no seek yet in this assignment, the flow stopped) and
-*stalled* when it stays held with its next offset unchanged for ``stall_s``.
+*stalled* when it stays held with its progress (next offset to handle and fetch
+position) unchanged for ``stall_s``.
 The watch returns one WARNING text the first time a partition stalls (with the
 whole report, so the line says what the worker waits on) and one INFO text when it
 moves again; an idle partition (nothing to fetch) is never stalled.
 
 Invariant: a partition is reported at most once per stall episode; the episode
-ends when its next offset moves, its assignment changes (it leaves the report), or
+ends when its progress moves, its assignment changes (it leaves the report), or
 it is no longer held.
 """
 

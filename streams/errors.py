@@ -25,6 +25,7 @@
     │   │                                .topic .partition .code .code_number .retriable
     │   ├── BrokerError                  the broker cannot be obtained, started or reached
     │   ├── DeliveryError                a produce/commit/admin call was not acknowledged
+    │   ├── SeekTimeoutError             the worker's seek to committed offsets never ended
     │   └── ReplayReadError              reading recorded topics failed
     └── InternalError                    a bug, not bad input nor I/O (CLI exit 1)
         └── FlushError                   worker state values unencodable at a flush
@@ -244,6 +245,40 @@ class DeliveryError(KafkaIOError):
     """Kafka did not acknowledge a produce, commit or admin call; nothing was dropped."""
 
 
+class SeekTimeoutError(KafkaIOError):
+    """The worker's seek to the committed offsets (the offset fetch from the group
+    coordinator) did not end within ``--seek-timeout``: the worker stops, non-zero.
+
+    Why stop: Faust's recovery waits ``broker_request_timeout`` (90 s) for that seek
+    and, when it runs out, ends recovery *silently and for good*; the worker then
+    stays up, answers HTTP and applies nothing (docs/faust-notes.md "A recovery seek
+    that outlasts broker_request_timeout").  A restart seeks again; nothing of the
+    assignment was handled before the seek, so nothing is lost or applied twice.
+    """
+
+    def __init__(
+        self, partitions: Sequence[tuple[str, int]], waited_s: float, setting: str
+    ) -> None:
+        """``partitions``: the ``(topic, partition)`` pairs the seek was for, named by
+        topic in the order first given (put the events topic first)."""
+        self.partitions = list(partitions)
+        self.waited_s = waited_s
+        by_topic: dict[str, list[int]] = {}
+        for topic, partition in self.partitions:
+            by_topic.setdefault(topic, []).append(partition)
+        named = ", ".join(
+            f"{topic}[{','.join(map(str, sorted(ps)))}]" for topic, ps in list(by_topic.items())[:4]
+        )
+        more = f" and {len(by_topic) - 4} other topic(s)" if len(by_topic) > 4 else ""
+        super().__init__(
+            f"the seek of {named or 'no partition'}{more} to the committed offsets has "
+            f"not ended after {waited_s:.0f} s (the group coordinator does not answer "
+            f"the offset fetch); stopping the worker so that a restart seeks again "
+            f"(nothing of this assignment was handled); raise {setting} for a slow cluster",
+            retriable=True,
+        )
+
+
 class ReplayReadError(KafkaIOError):
     """Reading recorded topics for replay/export failed (a read error, no data in time)."""
 
@@ -321,6 +356,7 @@ __all__ = [
     "OversizedMessageError",
     "ReplayReadError",
     "SecurityError",
+    "SeekTimeoutError",
     "SerdeError",
     "StateDecodeError",
     "TrajectoryError",

@@ -36,6 +36,10 @@ Examples:
 
 Stop it with Ctrl-C (or SIGTERM): it commits and shuts down cleanly; a stop that
 takes longer than --stop-timeout is logged with every stack and ends with exit code 3.
+A worker that stops itself says why on a CRITICAL line and exits non-zero: 4 when
+Kafka failed it (a write not acknowledged, a seek to the committed offsets that did
+not end within --seek-timeout), 1 for a bug.  Run it under a supervisor that
+restarts it: a restart re-applies what was not committed and loses nothing.
 
 Where latency goes: TRAJECTORY_WORKER_TRACE=/tmp/worker-trace.jsonl makes the worker
 write one JSON line per fetch (its records' publish times), per commit (flush phases),
@@ -50,8 +54,12 @@ import dataclasses
 import os
 import sys
 
-from streams.errors import EXIT_STOP_TIMEOUT, ConfigError
-from streams.worker.config import DEFAULT_ENGINE_FLUSH_INTERVAL_S, WorkerConfig
+from streams.errors import EXIT_STOP_TIMEOUT, ConfigError, TrajectoryError, exit_code
+from streams.worker.config import (
+    DEFAULT_ENGINE_FLUSH_INTERVAL_S,
+    DEFAULT_SEEK_TIMEOUT_S,
+    WorkerConfig,
+)
 
 #: ``gc.set_threshold`` of a worker process (why: see :func:`run`); the benches
 #: that model the worker's path in one process set the same.
@@ -92,6 +100,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "paused, unpositioned, behind a seek or a batch) and has not moved for this "
         "long, with the worker's whole fetch state (default 20; SIGUSR1 logs the same "
         "state and every thread's and task's stack at any time)",
+    )
+    parser.add_argument(
+        "--seek-timeout",
+        type=float,
+        default=DEFAULT_SEEK_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a seek to the committed offsets (after every assignment) that has not "
+        "ended after this long stops the worker with exit code 4 and a CRITICAL line "
+        "naming the partitions, so that a supervisor restarts it (nothing of the "
+        "assignment was handled yet); below 90, where Faust would end recovery "
+        f"silently and the worker apply nothing more (default {DEFAULT_SEEK_TIMEOUT_S:g})",
     )
     parser.add_argument(
         "--session-timeout",
@@ -197,6 +216,7 @@ def worker_config(args: argparse.Namespace) -> WorkerConfig:
         max_sessions_in_memory=args.max_sessions_in_memory,
         session_timeout_s=args.session_timeout,
         stall_warn_s=args.stall_warn,
+        seek_timeout_s=args.seek_timeout,
     )
 
 
@@ -283,7 +303,13 @@ def run(args: argparse.Namespace) -> int:
         worker.execute_from_commandline()
     except SystemExit as exc:  # mode's Worker always ends with SystemExit
         code = exc.code
-        return code if isinstance(code, int) else (0 if code is None else 1)
+        code = code if isinstance(code, int) else (0 if code is None else 1)
+        # mode exits 1 after any crash; one of ours says which kind (4: Kafka I/O,
+        # e.g. SeekTimeoutError), as every other command's exit code does
+        reason = worker.crash_reason
+        if code != 0 and isinstance(reason, TrajectoryError):
+            return exit_code(reason)
+        return code
     return 0
 
 

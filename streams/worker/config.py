@@ -43,6 +43,14 @@ MAX_SESSION_TIMEOUT_S = 1800.0
 #: 30 s, Kafka Streams' default commit interval: with full trajectory windows a flush
 #: re-encodes a session's whole state, and at 5 s that was half the worker's CPU.
 DEFAULT_ENGINE_FLUSH_INTERVAL_S = 30.0
+#: How long Faust waits for a Kafka request of its own, the recovery's seek to the
+#: committed offsets included (Faust's ``broker_request_timeout``, set explicitly);
+#: when that seek runs out, Faust ends recovery silently for good.
+BROKER_REQUEST_TIMEOUT_S = 90.0
+#: A seek to the committed offsets that has not ended after this long stops the
+#: worker (``SeekTimeoutError``), before Faust's own timeout above: Kafka's consumer
+#: gives an offset fetch ``default.api.timeout.ms`` = 60 s too.
+DEFAULT_SEEK_TIMEOUT_S = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +81,9 @@ class WorkerConfig:
     partitions move (the broker accepts 6-1800 s).
     ``stall_warn_s``: an events partition held (records to handle, paused, no seek)
     with no progress for this long is named at WARNING (streams/worker/stall.py).
+    ``seek_timeout_s``: a seek to the committed offsets that has not ended after
+    this long stops the worker non-zero (``SeekTimeoutError``); it must be below
+    ``BROKER_REQUEST_TIMEOUT_S``, when Faust would end recovery silently instead.
     """
 
     store: str = "rocksdb://"
@@ -96,6 +107,7 @@ class WorkerConfig:
     group_instance_id: str | None = None
     session_timeout_s: float = DEFAULT_SESSION_TIMEOUT_S
     stall_warn_s: float = DEFAULT_STALL_S
+    seek_timeout_s: float = DEFAULT_SEEK_TIMEOUT_S
 
     def __post_init__(self) -> None:
         store = STORES.get(self.store, self.store)
@@ -130,6 +142,13 @@ class WorkerConfig:
         if not self.stall_warn_s > 0:
             raise ConfigError(
                 "--stall-warn", f"{self.stall_warn_s}: give a positive number of seconds, e.g. 20"
+            )
+        if not 0 < self.seek_timeout_s < BROKER_REQUEST_TIMEOUT_S:
+            raise ConfigError(
+                "--seek-timeout",
+                f"{self.seek_timeout_s}: give seconds above 0 and below "
+                f"{BROKER_REQUEST_TIMEOUT_S:g} (Faust's broker_request_timeout: past it "
+                "Faust ends recovery silently instead), e.g. 60",
             )
         if self.max_sessions_in_memory < 1:
             raise ConfigError(

@@ -44,12 +44,24 @@ from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
 
 from streams.core.events import TraceEvent
-from streams.errors import BrokerError, ConfigError, DeliveryError, FlushError, InternalError
+from streams.errors import (
+    BrokerError,
+    ConfigError,
+    DeliveryError,
+    FlushError,
+    InternalError,
+    SeekTimeoutError,
+)
 from streams.settings import Settings
 from streams.topics import changelog_topic as _changelog_topic
 from streams.topics import uncovered_partitions, worker_app_id, worker_output_topics
 from streams.worker.batch import EventBatchHandler
-from streams.worker.config import STORES, WorkerConfig
+from streams.worker.config import (
+    BROKER_REQUEST_TIMEOUT_S,
+    DEFAULT_SEEK_TIMEOUT_S,
+    STORES,
+    WorkerConfig,
+)
 from streams.worker.metrics import WorkerMetrics
 from streams.worker.outputs import OutputEncoder
 from streams.worker.processor import EventProcessor, PendingWrite, TableWrite
@@ -384,15 +396,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         """
         handler = self._handler
         if handler is None:
-            await super().perform_seek()
+            await self._bounded_seek()
             return
         generation = self.app.consumer_generation_id
         seeked_before = set(self._seeked)
-        self._seek_since = time.monotonic()
-        try:
-            await super().perform_seek()
-        finally:
-            self._seek_since = None
+        await self._bounded_seek()
         self._seek_round += 1
         read_offset = self._read_offset
         for tp in seeked_before:
@@ -406,6 +414,41 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                 if tp.topic == handler.topic and tp not in self._seeked:
                     self._seeked[tp] = self._seek_round
                     self._report_held(tp, read_offset.get(tp))
+
+    async def _bounded_seek(self) -> None:
+        """Faust's seek to the committed offsets, given up after ``app.seek_timeout_s``:
+        then CRITICAL, the app crashes and :class:`SeekTimeoutError` is raised.
+
+        Why: Faust's recovery awaits this seek for ``broker_request_timeout`` and,
+        when that runs out, ends recovery *silently and for good* (``Recovery._wait``
+        raises ``ServiceStopped``, its loop ``break``s): the worker stayed up, with
+        flow, timers and HTTP never resumed, and applied nothing (reproduced by
+        holding the offset fetch 130 s; tests/integration/test_worker_stall.py).  A
+        crash is safe there: nothing of the assignment is handled before its seek,
+        and a restart (static membership: the same partitions) seeks again.  Not
+        retried in-process: the stuck offset fetch keeps one of the consumer
+        thread's two method-queue workers, and a second would take the other, which
+        every commit needs.
+        """
+        timeout_s = float(getattr(self.app, "seek_timeout_s", DEFAULT_SEEK_TIMEOUT_S))
+        started = self._seek_since = time.monotonic()
+        try:
+            await asyncio.wait_for(super().perform_seek(), timeout_s)
+        except TimeoutError:
+            events = self._handler.topic if self._handler is not None else None
+            exc = SeekTimeoutError(
+                sorted(
+                    ((tp.topic, tp.partition) for tp in self.assignment()),
+                    key=lambda tp: (tp[0] != events, tp),
+                ),
+                time.monotonic() - started,
+                "--seek-timeout",
+            )
+            log.critical("%s", exc)
+            await self.app.crash(exc)
+            raise exc from None
+        finally:
+            self._seek_since = None
 
     def _report_held(self, tp: Any, committed: int | None) -> None:
         """At the first seek of ``tp``'s assignment: say so if records fetched before
@@ -586,6 +629,8 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             if self.transport.app.should_stop:
                 return
             raise
+        except SeekTimeoutError:
+            raise  # logged, and the app crashed, where the seek gave up
         except Exception as exc:
             log.critical("the worker's fetch loop failed: %r; stopping the worker", exc)
             await self.app.crash(exc)
@@ -1348,6 +1393,8 @@ class ObserverApp(faust.App):
     batch_handler: EventBatchHandler | None = None
     #: Names a stalled events partition (streams/worker/stall.py); set by create_app.
     stall_watch: StallWatch | None = None
+    #: ``_ReadCommittedConsumer.perform_seek`` gives up a seek after this long
+    seek_timeout_s: float = DEFAULT_SEEK_TIMEOUT_S
 
     def _new_transport(self) -> Any:
         return _ReadCommittedTransport(self.conf.broker_consumer, self)
@@ -1440,6 +1487,8 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         broker_client_id=worker_id or app_id(settings),
         consumer_group_instance_id=group_instance_id,
         broker_session_timeout=session_timeout_s,
+        # (Faust's default, set here because --seek-timeout must stay below it)
+        broker_request_timeout=BROKER_REQUEST_TIMEOUT_S,
         # the usual third of the session timeout (Faust's 3 s default was for 60 s)
         broker_heartbeat_interval=min(3.0, session_timeout_s / 3),
         web_enabled=web_enabled,
@@ -1619,6 +1668,7 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
     # is a stall to name)
     stall_watch = StallWatch(config.stall_warn_s)
     app.stall_watch = stall_watch
+    app.seek_timeout_s = config.seek_timeout_s
 
     if _TRACE is not None:
         app.task(_TRACE.loop_lag)

@@ -6,6 +6,12 @@ worker on the real broker is made to hang in its batch handler (test-only
 ``sitecustomize``: the handler waits while a file exists), and must name the stall
 at WARNING within ``--stall-warn``, count it in /stats, log its fetch state and
 every stack on SIGUSR1, and say when it moves again, losing nothing.
+
+A seek to the committed offsets that does not end (the offset fetch held by a
+test-only ``sitecustomize``) used to end Faust's recovery silently after its
+``broker_request_timeout``, the worker then up and applying nothing for good; it
+must stop the worker instead, non-zero and naming the seek, so that a restart
+applies everything.
 """
 
 from __future__ import annotations
@@ -40,6 +46,27 @@ async def _held_handle(self, records, current=None):
 
 _batch.EventBatchHandler.handle = _held_handle
 print("test sitecustomize: the batch handler waits while", HOLD, "exists", flush=True)
+"""
+
+
+_SEEK_HOLD_SITECUSTOMIZE = """\
+import asyncio
+import os
+
+from aiokafka.consumer import consumer as _consumer
+
+HOLD = os.environ["SEEK_TEST_HOLD"]
+_committed = _consumer.AIOKafkaConsumer.committed
+
+
+async def _held_committed(self, tp):
+    while os.path.exists(HOLD) and tp.topic.endswith(".events"):
+        await asyncio.sleep(0.1)
+    return await _committed(self, tp)
+
+
+_consumer.AIOKafkaConsumer.committed = _held_committed
+print("test sitecustomize: committed() of events partitions waits while", HOLD, flush=True)
 """
 
 
@@ -103,6 +130,64 @@ def test_a_worker_hung_in_its_handler_names_the_stall_and_recovers(
             hold.unlink()
         code = worker.stop()
     assert code == 0, worker.log_tail()
+
+
+@pytest.mark.timeout(300)
+def test_a_seek_that_never_ends_stops_the_worker_and_a_restart_applies_everything(
+    settings: Settings, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Reproduced before the fix: with the offset fetch held 130 s the worker stayed
+    up and applied 0 of 60 events after the release (Faust's recovery had ended at
+    its 90 s timeout, silently); held 40 s, it applied all 60."""
+    from streams.topics import ensure_worker_topics
+
+    ensure_worker_topics(settings)
+    sessions = [make_session(f"seek-{i}", 10, seed=i) for i in range(6)]
+    events = [s[j] for j in range(10) for s in sessions]
+    produce(settings, events)
+    exp = expected_of(events)
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(_SEEK_HOLD_SITECUSTOMIZE)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    monkeypatch.setenv("SEEK_TEST_HOLD", str(hold))
+    worker = WorkerProc(
+        settings,
+        tmp_path / "data",
+        extra=("--stall-warn", "3", "--seek-timeout", "10"),
+        pythonpath=(inject,),
+    )
+    try:
+        _wait_log(worker, "committed() of events partitions waits while", 60)
+        # the stall watch names the seek first, then the seek gives up: exit 4 (Kafka
+        # I/O), well before Faust's 90 s would have ended its recovery silently
+        code = worker.proc.wait(90)
+    finally:
+        if worker.proc.poll() is None:
+            worker.stop()
+        hold.unlink()
+    log = _log(worker)
+    assert code == 4, worker.log_tail()
+    assert "a seek to the committed offsets has run for" in log, worker.warnings()
+    critical = [line for line in log.splitlines() if "[CRITICAL]" in line]
+    assert any(
+        "to the committed offsets has not ended after 1" in line
+        and f"{settings.events_topic}[0,1,2]" in line
+        and "--seek-timeout" in line
+        for line in critical
+    ), worker.warnings()
+    worker.stop()
+
+    restarted = WorkerProc(settings, tmp_path / "data")
+    try:
+        restarted.wait_state({sid: {"last_seq": d["last_seq"]} for sid, d in exp.items()}, 120)
+        check_tables(restarted, exp)
+        status, stats = restarted.get("/stats")
+        assert status == 200 and stats["applied"] == len(events), stats  # none twice
+    finally:
+        code = restarted.stop()
+    assert code == 0, restarted.log_tail()
 
 
 def _produce_in_transactions(settings: Settings, events: list[TraceEvent]) -> None:

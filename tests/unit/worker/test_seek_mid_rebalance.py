@@ -66,3 +66,29 @@ def test_the_fetch_loop_seeks_back_through_it() -> None:
     src = inspect.getsource(faust_app._ReadCommittedConsumer._drain_messages)
     assert "await seek_back_mid_rebalance(self)" in src
     assert "await self.perform_seek()" not in src
+
+
+def test_a_seek_timeout_names_the_events_partitions_first_and_is_kafka_io() -> None:
+    """What the worker's CRITICAL line and exit code 4 come from when its seek to the
+    committed offsets does not end (tests/integration/test_worker_stall.py runs it)."""
+    from streams.errors import EXIT_IO, KafkaIOError, SeekTimeoutError, exit_code
+
+    exc = SeekTimeoutError(
+        [
+            ("p.events", 2),
+            ("p.events", 0),
+            ("p-budgets-changelog", 1),
+            ("a", 0),
+            ("b", 0),
+            ("c", 0),
+        ],
+        60.4,
+        "--seek-timeout",
+    )
+    text = str(exc)
+    assert text.startswith(
+        "the seek of p.events[0,2], p-budgets-changelog[1], a[0], b[0] "
+        "and 1 other topic(s) to the committed offsets"
+    ), text
+    assert "after 60 s" in text and "raise --seek-timeout" in text, text
+    assert isinstance(exc, KafkaIOError) and exc.retriable and exit_code(exc) == EXIT_IO

@@ -26,6 +26,7 @@
     │   ├── BrokerError                  the broker cannot be obtained, started or reached
     │   ├── DeliveryError                a produce/commit/admin call was not acknowledged
     │   ├── SeekTimeoutError             the worker's seek to committed offsets never ended
+    │   ├── RecoveryTimeoutError         a step of the worker's table recovery never ended
     │   └── ReplayReadError              reading recorded topics failed
     └── InternalError                    a bug, not bad input nor I/O (CLI exit 1)
         └── FlushError                   worker state values unencodable at a flush
@@ -279,6 +280,28 @@ class SeekTimeoutError(KafkaIOError):
         )
 
 
+class RecoveryTimeoutError(KafkaIOError):
+    """A step of the worker's table recovery (a producer flush, the high watermarks or
+    offsets of the changelogs, a seek) did not end within Faust's
+    ``broker_request_timeout``: the worker stops, non-zero.
+
+    Why: Faust then ends its recovery silently and for good (``Recovery._wait``
+    raises ``ServiceStopped``, the loop ``break``s), the worker staying up and
+    applying nothing (the same path as :class:`SeekTimeoutError`, whose bound is
+    shorter).  Nothing was handled from the partitions under recovery.
+    """
+
+    def __init__(self, step: str, waited_s: float) -> None:
+        self.step = step
+        self.waited_s = waited_s
+        super().__init__(
+            f"table recovery: {step} has not ended after {waited_s:.0f} s (Faust's "
+            f"broker_request_timeout; Kafka does not answer); stopping the worker so "
+            f"that a restart recovers again (nothing of this assignment was handled)",
+            retriable=True,
+        )
+
+
 class ReplayReadError(KafkaIOError):
     """Reading recorded topics for replay/export failed (a read error, no data in time)."""
 
@@ -354,6 +377,7 @@ __all__ = [
     "MappingError",
     "OutputError",
     "OversizedMessageError",
+    "RecoveryTimeoutError",
     "ReplayReadError",
     "SecurityError",
     "SeekTimeoutError",

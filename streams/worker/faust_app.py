@@ -39,6 +39,9 @@ from typing import Any, Protocol
 import faust
 from aiokafka.errors import IllegalStateError  # type: ignore[import-untyped]
 from faust.exceptions import ProducerSendError
+from faust.tables.manager import TableManager as _TableManager
+from faust.tables.recovery import Recovery as _Recovery
+from faust.tables.recovery import ServiceStopped as _ServiceStopped
 from faust.transport.consumer import CONSUMER_FETCHING
 from faust.transport.drivers import aiokafka as _aiokafka_driver
 from faust.types import TP
@@ -50,6 +53,7 @@ from streams.errors import (
     DeliveryError,
     FlushError,
     InternalError,
+    RecoveryTimeoutError,
     SeekTimeoutError,
 )
 from streams.settings import Settings
@@ -352,18 +356,13 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         #: seek the ones fetched from past the committed offset (the 2026-12-02 loss)
         self._held_from: dict[Any, int] = {}
         #: ``<prefix>.events`` partition -> when a batch of it was first held back
-        #: waiting for its assignment's first seek, and whether that was logged
-        #: (:meth:`_hold_back`: a partition held back longer is named at WARNING)
-        self._held_since: dict[Any, list[Any]] = {}
+        #: waiting for its assignment's first seek (:meth:`_hold_back`; reported by
+        #: :meth:`fetch_report`, named by the stall watch when it lasts)
+        self._held_since: dict[Any, float] = {}
         #: monotonic start of the batch in the handler / of the seek under way (None:
         #: none), for :meth:`fetch_report`
         self._batch_since: float | None = None
         self._seek_since: float | None = None
-
-    #: A partition whose batches are held back for its assignment's first seek for
-    #: longer than this is named in a WARNING (once per assignment): the worker
-    #: handles nothing of it until a seek comes.
-    HELD_WARN_S = 15.0
 
     async def perform_seek(self) -> None:
         """Faust's seek to the committed offsets, never behind what this worker handled.
@@ -480,19 +479,9 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         lost 3 events per session."""
         if tp not in self._seeked:
             self._held_from.setdefault(tp, batch[0].offset)
-            since = self._held_since.setdefault(tp, [time.monotonic(), False])
-            if not since[1] and time.monotonic() - since[0] > self.HELD_WARN_S:
-                since[1] = True
-                log.warning(
-                    "%s[%d]: fetched records held back for %.0f s waiting for this "
-                    "assignment's first seek (consumer generation %s, seek round %d); "
-                    "none of this partition is handled until a seek comes",
-                    tp.topic,
-                    tp.partition,
-                    time.monotonic() - since[0],
-                    self.app.consumer_generation_id,
-                    self._seek_round,
-                )
+            # (the stall watch names a partition held back too long, with the
+            # worker's whole fetch state: fetch_report's held_s)
+            self._held_since.setdefault(tp, time.monotonic())
         self._put_back(tp, batch[0].offset, batch[-1].offset + 1)
 
     def _put_back(self, tp: Any, first: int, after: int) -> None:
@@ -684,7 +673,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                     active=active is None or tp in active,
                     paused=paused,
                     seeked=tp in self._seeked,
-                    held_s=now - since[0] if since is not None else None,
+                    held_s=now - since if since is not None else None,
                 )
             )
         queue = getattr(self._thread._method_queue, "_queue", None)
@@ -1384,6 +1373,43 @@ class StateFlusher:
             raise FlushError(failed)
 
 
+class _LoudRecovery(_Recovery):
+    """Faust's table recovery, where a step that outlasts its timeout stops the worker
+    (CRITICAL, :class:`RecoveryTimeoutError`, exit 4) instead of ending recovery.
+
+    Faust runs each recovery step (producer flush, changelog high watermarks and
+    offsets, seeks) in ``_wait`` with ``broker_request_timeout``; mode's
+    ``wait_first`` reports a timeout exactly as it reports the service stopping, so
+    ``_wait`` raises ``ServiceStopped`` and the recovery loop ``break``s: recovery
+    ends for good, with a ``log.dev`` line, and the worker stays up applying nothing
+    (reproduced with the seek; docs/faust-notes.md).  Here a ``ServiceStopped``
+    while the service is neither stopped nor crashed is that timeout.
+    """
+
+    async def _wait(self, coro: Any, timeout: Any = None) -> None:
+        started = time.monotonic()
+        try:
+            await super()._wait(coro, timeout)
+        except _ServiceStopped:
+            if self._stopped.is_set() or self._crashed.is_set() or timeout is None:
+                raise  # a real stop
+            step = getattr(coro, "__qualname__", None) or repr(coro)
+            exc = RecoveryTimeoutError(step, time.monotonic() - started)
+            log.critical("%s", exc)
+            await self.app.crash(exc)
+            raise exc from None
+
+
+class _LoudTableManager(_TableManager):
+    """Faust's table manager with :class:`_LoudRecovery`."""
+
+    @property
+    def recovery(self) -> _Recovery:
+        if self._recovery is None:
+            self._recovery = _LoudRecovery(self.app, self, beacon=self.beacon, loop=self.loop)
+        return self._recovery
+
+
 class ObserverApp(faust.App):
     """``faust.App`` whose worker consumer reads only committed messages and flushes
     the write-behind state before every offset commit (``state_flusher``)."""
@@ -1489,6 +1515,8 @@ def create_app(settings: Settings, config: WorkerConfig | None = None) -> Worker
         broker_session_timeout=session_timeout_s,
         # (Faust's default, set here because --seek-timeout must stay below it)
         broker_request_timeout=BROKER_REQUEST_TIMEOUT_S,
+        # a recovery step past that timeout stops the worker, not recovery (silently)
+        TableManager=_LoudTableManager,
         # the usual third of the session timeout (Faust's 3 s default was for 60 s)
         broker_heartbeat_interval=min(3.0, session_timeout_s / 3),
         web_enabled=web_enabled,

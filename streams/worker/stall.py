@@ -17,8 +17,9 @@ not in Faust's active set, no seek yet in this assignment, the flow stopped) and
 *stalled* when it stays held with its progress (next offset to handle and fetch
 position) unchanged for ``stall_s``.
 The watch returns one WARNING text the first time a partition stalls (with the
-whole report, so the line says what the worker waits on) and one INFO text when it
-moves again; an idle partition (nothing to fetch) is never stalled.
+whole report, so the line says what the worker waits on; partitions stalling at
+the same look share one line) and one INFO text when it moves again; an idle
+partition (nothing to fetch) is never stalled.
 
 Invariant: a partition is reported at most once per stall episode; the episode
 ends when its progress moves, its assignment changes (it leaves the report), or
@@ -155,7 +156,11 @@ class StallWatch:
         return sorted(p for p, (_, _, reported) in self._held.items() if reported)
 
     def observe(self, now_s: float, report: FetchReport) -> list[tuple[str, str]]:
-        out: list[tuple[str, str]] = []
+        """The lines to log after this look: at most one WARNING (every partition
+        that stalled at this look, in one line: a worker-wide wait stalls them all
+        at once) and at most one INFO (every partition that moved again)."""
+        stalled: list[tuple[PartitionFetch, list[str], float]] = []
+        resumed: list[tuple[PartitionFetch, float]] = []
         seen = set()
         for part in report.partitions:
             seen.add(part.partition)
@@ -163,36 +168,53 @@ class StallWatch:
             prev = self._held.get(part.partition)
             if not reasons:
                 if prev is not None and prev[2]:
-                    out.append(("info", self._resumed(report, part, now_s - prev[1])))
+                    resumed.append((part, now_s - prev[1]))
                 self._held.pop(part.partition, None)
                 continue
             if prev is None or prev[0] != part.progress:
                 if prev is not None and prev[2]:
-                    out.append(("info", self._resumed(report, part, now_s - prev[1])))
+                    resumed.append((part, now_s - prev[1]))
                 self._held[part.partition] = (part.progress, now_s, False)
                 continue
             offset, since, reported = prev
             if not reported and now_s - since >= self.stall_s:
                 self._held[part.partition] = (offset, since, True)
                 self.stalls += 1
-                out.append(
-                    (
-                        "warning",
-                        f"{report.topic}[{part.partition}]: no event handled for "
-                        f"{now_s - since:.0f} s: {', '.join(reasons)}.  The worker's "
-                        f"fetch state: {report.describe()}.  (Expected while a large "
-                        "table recovery runs; otherwise the worker is stuck: send it "
-                        "SIGUSR1 for the stacks of every thread and task, then restart "
-                        "it; nothing is lost, docs/guarantees.md)",
-                    )
-                )
+                stalled.append((part, reasons, now_s - since))
         for gone in set(self._held) - seen:
             del self._held[gone]
+        out: list[tuple[str, str]] = []
+        if stalled:
+            out.append(("warning", self._stalled(report, stalled)))
+        if resumed:
+            out.append(("info", self._resumed(report, resumed)))
         return out
 
     @staticmethod
-    def _resumed(report: FetchReport, part: PartitionFetch, after_s: float) -> str:
+    def _stalled(
+        report: FetchReport, stalled: Sequence[tuple[PartitionFetch, list[str], float]]
+    ) -> str:
+        numbers = ",".join(str(part.partition) for part, _, _ in stalled)
+        held_s = max(s for _, _, s in stalled)
+        if len(stalled) == 1:
+            why = ", ".join(stalled[0][1])
+        else:
+            why = "; ".join(f"[{part.partition}] {', '.join(r)}" for part, r, _ in stalled)
         return (
-            f"{report.topic}[{part.partition}]: handling again after a stall of "
-            f"{after_s:.0f} s (next offset {part.next_offset})"
+            f"{report.topic}[{numbers}]: no event handled for {held_s:.0f} s: {why}.  "
+            f"The worker's fetch state: {report.describe()}.  (Expected while a large "
+            "table recovery runs; otherwise the worker is stuck: send it SIGUSR1 for "
+            "the stacks of every thread and task, then restart it; nothing is lost, "
+            "docs/guarantees.md)"
+        )
+
+    @staticmethod
+    def _resumed(report: FetchReport, resumed: Sequence[tuple[PartitionFetch, float]]) -> str:
+        numbers = ",".join(str(part.partition) for part, _ in resumed)
+        after_s = max(s for _, s in resumed)
+        offsets = ", ".join(str(part.next_offset) for part, _ in resumed)
+        plural = "s" if len(resumed) > 1 else ""
+        return (
+            f"{report.topic}[{numbers}]: handling again after a stall of {after_s:.0f} s "
+            f"(next offset{plural} {offsets})"
         )

@@ -111,6 +111,29 @@ def test_a_stopped_flow_or_a_long_seek_or_batch_holds_every_partition() -> None:
         assert len(out) == 1 and reason in out[0][1], (kw, out)
 
 
+def test_partitions_held_by_one_worker_wide_wait_share_one_line() -> None:
+    """A hung seek stalls every partition at the same look: one WARNING naming each
+    with its own reasons, one INFO when they move, and each counted as a stall."""
+    watch = StallWatch(10)
+    parts = [part(partition=0, seeked=False), part(partition=2, highwater=150, seeked=False)]
+    assert watch.observe(0.0, report(*parts, seek_s=1.0)) == []
+    out = watch.observe(10.0, report(*parts, seek_s=11.0))
+    assert len(out) == 1 and out[0][0] == "warning", out
+    text = out[0][1]
+    assert text.startswith(
+        "t.events[0,2]: no event handled for 10 s: [0] no seek of this assignment yet, a "
+        "seek to the committed offsets has run for 11 s; [2] 49 record(s) not fetched "
+        "below its high watermark 150, no seek of this assignment yet, a seek"
+    ), text
+    assert text.count("The worker's fetch state") == 1
+    assert watch.stalls == 2 and watch.stalled() == [0, 2]
+    moved = [dataclasses.replace(p, next_offset=p.highwater, seeked=True) for p in parts]
+    moved = [dataclasses.replace(p, position=p.highwater) for p in moved]
+    assert watch.observe(14.0, report(*moved)) == [
+        ("info", "t.events[0,2]: handling again after a stall of 14 s (next offsets 101, 150)")
+    ]
+
+
 def test_a_partition_that_leaves_the_assignment_is_forgotten() -> None:
     watch = StallWatch(10)
     held = part(paused=True)

@@ -70,6 +70,20 @@ print("test sitecustomize: committed() of events partitions waits while", HOLD, 
 """
 
 
+def _inject_hold(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sitecustomize: str, env: str
+) -> tuple[Path, Path]:
+    """``(directory with the test-only sitecustomize, hold file)``: the injected
+    code waits while the hold file (named by ``$env``) exists."""
+    inject = tmp_path / "inject"
+    inject.mkdir()
+    (inject / "sitecustomize.py").write_text(sitecustomize)
+    hold = tmp_path / "hold"
+    hold.write_text("")
+    monkeypatch.setenv(env, str(hold))
+    return inject, hold
+
+
 def _log(worker: WorkerProc) -> str:
     return worker.log_path.read_text(errors="replace")
 
@@ -89,12 +103,7 @@ def test_a_worker_hung_in_its_handler_names_the_stall_and_recovers(
     from streams.topics import ensure_worker_topics
 
     ensure_worker_topics(settings)
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(_HANG_SITECUSTOMIZE)
-    hold = tmp_path / "hold"
-    hold.write_text("")
-    monkeypatch.setenv("STALL_TEST_HOLD", str(hold))
+    inject, hold = _inject_hold(tmp_path, monkeypatch, _HANG_SITECUSTOMIZE, "STALL_TEST_HOLD")
     worker = WorkerProc(
         settings, tmp_path / "data", extra=("--stall-warn", "4"), pythonpath=(inject,)
     )
@@ -146,12 +155,7 @@ def test_a_seek_that_never_ends_stops_the_worker_and_a_restart_applies_everythin
     events = [s[j] for j in range(10) for s in sessions]
     produce(settings, events)
     exp = expected_of(events)
-    inject = tmp_path / "inject"
-    inject.mkdir()
-    (inject / "sitecustomize.py").write_text(_SEEK_HOLD_SITECUSTOMIZE)
-    hold = tmp_path / "hold"
-    hold.write_text("")
-    monkeypatch.setenv("SEEK_TEST_HOLD", str(hold))
+    inject, hold = _inject_hold(tmp_path, monkeypatch, _SEEK_HOLD_SITECUSTOMIZE, "SEEK_TEST_HOLD")
     worker = WorkerProc(
         settings,
         tmp_path / "data",

@@ -86,3 +86,30 @@ def test_worker_help_names_the_exit_code_a_stop_timeout_really_ends_with(
     assert f"exit code {EXIT_STOP_TIMEOUT} " in out
     assert f"exit code {EXIT_STOP_TIMEOUT}." in out  # the description's paragraph
     assert "exit code 70" not in out
+
+
+@pytest.mark.parametrize("value", ["0", "90", "120"])
+def test_worker_rejects_a_seek_timeout_faust_would_outlast(
+    value: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code = cli.main(["worker", "--seek-timeout", value, "--bootstrap", "127.0.0.1:1"])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert "--seek-timeout" in err and "below 90" in err
+
+
+def test_worker_help_names_the_exit_code_a_seek_timeout_ends_with(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from streams.commands.worker import add_arguments, worker_config
+    from streams.errors import EXIT_IO
+
+    with pytest.raises(SystemExit):
+        cli.main(["worker", "--help"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"stops the worker with exit code {EXIT_IO} " in out
+    assert f"non-zero: {EXIT_IO} when Kafka failed it" in out
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert worker_config(parser.parse_args(["--seek-timeout", "30"])).seek_timeout_s == 30.0
+    assert worker_config(parser.parse_args([])).seek_timeout_s == 60.0

@@ -33,7 +33,10 @@ worker's clock, not a publish time).
 ``--age EVENTS`` publishes that many more events per session after the warm-up
 and waits for the worker, so the phases measure sessions with full trajectory
 windows (a long-running agent's; a flush re-encodes the whole window) instead of
-fresh ones.  ``--age 150`` adds ~50 s for 1,000 sessions.
+fresh ones.  ``--age 150`` adds ~50 s for 1,000 sessions.  ``--settle SECONDS``
+(30) runs each phase's load that long unmeasured first: the warm-up and ``--age``
+leave many engine states due at once, and a phase that caught that wave wrote up
+to 1.6x the steady number of them (the worker's figure moved by ~100 µs per event).
 
 Example::
 
@@ -680,6 +683,17 @@ def main() -> int:
         "there, a 20 s phase of fresh sessions is not); default 0",
     )
     ap.add_argument(
+        "--settle",
+        type=float,
+        default=30.0,
+        metavar="SECONDS",
+        help="before each measured phase, run the same load this long unmeasured, so the "
+        "phase sees the worker's steady flush schedule (each engine written about once "
+        "per --engine-flush-interval, 30 s), not the wave of writes the warm-up and "
+        "--age leave due: without it 3 of 7 runs wrote 1.3-1.6x the steady number of "
+        "engine states in the phase (2026-12-03); default 30, 0 for none",
+    )
+    ap.add_argument(
         "--keep-topics", action="store_true", help="do not delete this run's topics at the end"
     )
     ap.add_argument(
@@ -815,6 +829,15 @@ def main() -> int:
                             flush=True,
                         )
                     for rate in rates:
+                        if args.settle > 0:
+                            n_settle, _ = run_phase(agents, rate, args.settle, rng)
+                            published += n_settle
+                            publisher.flush(args.drain_timeout)
+                            print(
+                                f"settled: {n_settle} events at {rate:.0f}/s for "
+                                f"{args.settle:g}s, not measured",
+                                flush=True,
+                            )
                         time.sleep(1.0)
                         start_ms = time.time_ns() // 1_000_000
                         before = applied(base)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from kafka_io import read_all
@@ -130,12 +131,73 @@ def test_thousand_events_malformed_restart_and_new_topic(
                 time.sleep(0.05)
             elapsed = time.monotonic() - t0
             s.end()
-        assert status == 200, (body, worker.diagnose())
+        assert status == 200, (
+            body,
+            where_is(settings, "acc-brand-new"),
+            router.log_tail(),
+            worker.diagnose(),
+        )
         print(f"new session topic -> table: {elapsed:.2f} s")
         assert elapsed < 5.0, elapsed
     finally:
         router.stop()
         worker.stop()
+
+
+def where_is(settings: Settings, session_id: str) -> str:
+    """Where a session's events got to, for a failure message: its topic's high
+    watermark, and how many records keyed by it ``<prefix>.events`` holds read
+    uncommitted and read committed (more of the first: the router's transaction
+    holding them is still open; none of either: the router never routed them)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    def keyed(topic: str, isolation: str) -> int:
+        c = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "group.id": f"{settings.prefix}-where",
+                "enable.auto.commit": False,
+                "isolation.level": isolation,
+            }
+        )
+        try:
+            parts = c.list_topics(topic, timeout=10).topics[topic].partitions
+            c.assign([TopicPartition(topic, p, 0) for p in parts])
+            n, last = 0, time.monotonic() + 5  # (up to ~5 s for the first fetch)
+            while time.monotonic() - last < 2.0:
+                msg = c.poll(0.3)
+                if msg is not None and msg.error() is None:
+                    last = time.monotonic()
+                    n += msg.key() == session_id.encode()
+            return n
+        finally:
+            c.close()
+
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
+
+    def ends(topic: str, partitions: int, isolation: Any) -> str:
+        req = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+        try:
+            futs = admin.list_offsets(req, isolation_level=isolation, request_timeout=10)
+            return str(
+                [futs[TopicPartition(topic, p)].result(15).offset for p in range(partitions)]
+            )
+        except Exception as exc:  # a diagnostic: say what failed, never hide the assert
+            return f"unreadable ({exc!r})"
+
+    events = settings.events_topic
+    n = settings.events_partitions
+    return (
+        f"{session_id}: {settings.session_topic(session_id)} end offset "
+        f"{ends(settings.session_topic(session_id), 1, IsolationLevel.READ_UNCOMMITTED)}; "
+        f"{events} end offsets {ends(events, n, IsolationLevel.READ_UNCOMMITTED)}, last "
+        f"stable {ends(events, n, IsolationLevel.READ_COMMITTED)} (lower: a transaction "
+        f"open); records keyed by it: read_uncommitted {keyed(events, 'read_uncommitted')}, "
+        f"read_committed {keyed(events, 'read_committed')}"
+    )
 
 
 def read_all_with_headers(

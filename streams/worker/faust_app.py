@@ -432,7 +432,14 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         timeout_s = float(getattr(self.app, "seek_timeout_s", DEFAULT_SEEK_TIMEOUT_S))
         started = self._seek_since = time.monotonic()
         try:
-            await asyncio.wait_for(super().perform_seek(), timeout_s)
+            # ``asyncio.timeout``, not ``wait_for``: the seek must run in this task.
+            # ``wait_for`` runs it in a task of its own, and the loop then takes a
+            # turn between Faust setting ``_read_offset`` to the committed offsets and
+            # :meth:`perform_seek` raising it back to what was handled: the fetch
+            # loop handled records again in that gap (63 duplicates in a fresh-clone
+            # CI run of the clean-rebalance test, 2026-12-03; test_seek_gate.py).
+            async with asyncio.timeout(timeout_s):
+                await super().perform_seek()
         except TimeoutError:
             events = self._handler.topic if self._handler is not None else None
             exc = SeekTimeoutError(

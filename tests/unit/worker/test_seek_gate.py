@@ -386,3 +386,35 @@ def test_a_partition_held_back_for_its_seek_reports_how_long(
         assert consumer._held_since == {}
 
     asyncio.run(run())
+
+
+def test_a_later_seek_gives_the_fetch_loop_no_turn_below_what_was_handled(tmp_path: Path) -> None:
+    """Between Faust setting the read offset to the committed one and ``perform_seek``
+    raising it back to what this assignment handled, nothing else may run: a fetch
+    batch handled in that gap is handled twice.  Bounding the seek with ``wait_for``
+    (its own task, so one loop turn more) did exactly that: 63 duplicates in a CI run
+    of the clean-rebalance test (2026-12-03)."""
+
+    async def run() -> None:
+        topic = "tsg.events"
+        tp = TP(topic, 0)
+        consumer, _app, handled = _consumer(tmp_path, {tp: 111})
+        await consumer.perform_seek()
+        await _drain(consumer, [{tp: _records(topic, 0, range(111, 130))}])
+        assert consumer._read_offset[tp] == 130 and len(handled) == 19
+        seen: list[int | None] = []
+        seek = consumer.seek_to_committed
+
+        async def seek_then_look() -> dict[TP, int]:
+            # the next loop turn: where a fetch batch would be handled
+            asyncio.get_running_loop().call_soon(lambda: seen.append(consumer._read_offset[tp]))
+            committed: dict[TP, int] = await seek()
+            return committed
+
+        consumer.seek_to_committed = seek_then_look
+        await consumer.perform_seek()  # a later seek, same assignment (the flow stopped)
+        await asyncio.sleep(0)
+        assert seen == [130], seen  # (111 with wait_for: 111-129 handled again)
+        assert consumer._read_offset[tp] == 130
+
+    asyncio.run(run())

@@ -123,20 +123,21 @@ def written_counts(settings: Settings) -> dict[str, int]:
     under load its producer has been seen to deliver nothing after the broker
     restart (22,691 events still queued when it gave up), which is no router loss.
 
-    Asked with the AdminClient's ListOffsets, one request for all sessions, each
-    attempt resolving the partitions' leaders afresh.  A consumer's
-    ``get_watermark_offsets`` looks the partition up in that client's own topic
-    cache first: in a fresh-clone CI run (2026-12-03) it kept answering "Local:
-    Unknown partition" for 120 s after a thaw, while the same client's
-    ``list_topics`` listed every partition with its leader.
+    Asked with the AdminClient's ListOffsets, one request for all sessions, by a
+    **new client at each attempt**.  librdkafka looks partitions up in its client's
+    own metadata cache first, and after a thaw that cache can stay wrong for good:
+    in fresh-clone CI runs (2026-12-03) a consumer's ``get_watermark_offsets``
+    answered "Local: Unknown partition" for 120 s, and later one AdminClient's
+    ``list_offsets`` answered ``_NOENT`` ("No leaders found") for 120 s, each while
+    the same client's ``list_topics`` listed every partition with its leader.
     """
     from confluent_kafka.admin import OffsetSpec  # type: ignore[attr-defined]
 
-    admin = AdminClient({"bootstrap.servers": settings.bootstrap})
     began = time.monotonic()
     deadline = began + 120
     seen: list[str] = []
     while True:
+        admin = AdminClient({"bootstrap.servers": settings.bootstrap})
         futures = admin.list_offsets(
             {
                 TopicPartition(settings.session_topic(sid), 0): OffsetSpec.latest()  # type: ignore[no-untyped-call]

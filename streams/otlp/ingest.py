@@ -182,11 +182,19 @@ class Ingest:
         """The last event on *topic* if it has any (an earlier receiver's session)."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+        from streams.security import client_config
+
         if self._consumer is None:
+            settings = self.publisher.settings
             self._consumer = Consumer(
                 {
-                    "bootstrap.servers": self.publisher.settings.bootstrap,
-                    "group.id": "trajectory-otlp-resume",
+                    "bootstrap.servers": settings.bootstrap,
+                    # the receiver's credential, as its publisher has it: without it
+                    # this read failed on every secured cluster, for every new session
+                    **client_config(settings.security),
+                    # assign() only, nothing committed: the group is never joined, but
+                    # a name under the deployment's prefix is what its ACLs cover
+                    "group.id": f"{settings.prefix}.otlp-resume",
                     "enable.auto.commit": False,
                     "enable.partition.eof": True,
                 }

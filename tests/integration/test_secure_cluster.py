@@ -380,3 +380,86 @@ def test_the_routers_admin_helper_authenticates_with_the_service_credential(
         assert helper.deaths == 0
     finally:
         helper.close()
+
+
+@pytest.mark.timeout(180)
+def test_the_otlp_receiver_publishes_and_resumes_sessions_over_sasl_ssl(
+    tenants: dict[str, Settings],
+) -> None:
+    """The OTLP receiver (``streams.otlp.ingest``) publishes through the SDK and, for
+    every session it opens, reads the session topic's last event so that a restarted
+    receiver continues its seq.  That read's consumer was built without
+    ``Settings.security``: on this cluster every new session failed after ~15 s of
+    retries (DeliveryError, the export answered 503) and nothing was published."""
+    import json as _json
+
+    from streams.otlp.decode import decode_traces
+    from streams.otlp.ingest import Ingest
+    from streams.sdk import Publisher
+    from streams.serde import EventSerde
+
+    svc, analyst = tenants["svc"], tenants["analyst"]
+    doc = _json.loads((REPO / "tests/fixtures/importers/otlp_genai.json").read_text())
+
+    def ingest_once(spans_doc: dict[str, Any]) -> Any:
+        body = _json.dumps(spans_doc).encode()
+        with Publisher(svc) as pub:  # a new receiver each time: no memory of the last one
+            receiver = Ingest(pub)
+            try:
+                result = receiver.ingest(decode_traces(body, "application/json"))
+                pub.flush()
+            finally:
+                receiver.close()
+        return result
+
+    first = ingest_once(doc)
+    assert first.rejected == [] and first.new_sessions == 1 and first.events > 0, first
+    # the same agent's next spans reach a restarted receiver: new span ids, later times
+    later = _json.loads(_json.dumps(doc))
+    for rs in later["resourceSpans"]:
+        for ss in rs["scopeSpans"]:
+            for span in ss["spans"]:
+                span["spanId"] = "f" + span["spanId"]
+                if span.get("parentSpanId"):
+                    span["parentSpanId"] = "f" + span["parentSpanId"]
+                for key in ("startTimeUnixNano", "endTimeUnixNano"):
+                    span[key] = str(int(span[key]) + 60_000_000_000)
+    second = ingest_once(later)
+    assert second.rejected == [] and second.events > 0, second
+
+    from confluent_kafka import Consumer, TopicPartition
+
+    from streams.otlp.ingest import sanitize_session_id
+    from streams.security import client_config
+
+    (sid,) = {
+        sanitize_session_id(str(rs["resource"]["attributes"][1]["value"]["stringValue"]))
+        for rs in doc["resourceSpans"]
+    }
+    topic = analyst.session_topic(sid)
+    reader = Consumer(
+        {
+            "bootstrap.servers": analyst.bootstrap,
+            **client_config(analyst.security),
+            "group.id": f"{analyst.prefix}.otlp-check",
+            "enable.auto.commit": False,
+            "enable.partition.eof": True,
+        }
+    )
+    serde, seqs = EventSerde(), []
+    try:
+        reader.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            msg = reader.poll(1.0)
+            if msg is None:
+                continue
+            if msg.error() is not None:
+                if msg.error().code() == -191:  # _PARTITION_EOF
+                    break
+                raise AssertionError(msg.error())
+            seqs.append(serde.decode(msg.value()).seq)
+    finally:
+        reader.close()
+    # the first receiver's session_start, its events, then the second's, seq unbroken
+    assert seqs == list(range(1 + first.events + second.events)), seqs

@@ -212,6 +212,20 @@ def test_every_component_over_sasl_ssl_with_tenants(
         )
         assert run.returncode == 0, run.stderr
         assert len(exported.read_text().splitlines()) >= 16  # start + 8 calls + 8 results
+        # the analyst's other read-only commands, as a user runs them
+        run = _cli(env, "history", "--session", acme_sid, *common, "--json")
+        assert run.returncode == 0, run.stderr
+        assert any(
+            json.loads(line).get("session_id") == acme_sid for line in run.stdout.splitlines()
+        ), run.stdout
+        run = _cli(
+            env, "watch", *common, "--session", "acme.*", "--from-beginning", "--plain",
+            "--limit", "1", "--duration", "60",
+        )  # fmt: skip
+        assert run.returncode == 0 and acme_sid in run.stdout, (run.stdout, run.stderr)
+        run = _cli(env, "topics", "list", *common, "--json")
+        assert run.returncode == 0, run.stderr
+        assert acme_sid in run.stdout and globex_sid in run.stdout, run.stdout
     finally:
         code = worker.stop()
         router.stop()

@@ -226,6 +226,20 @@ def test_every_component_over_sasl_ssl_with_tenants(
         run = _cli(env, "topics", "list", *common, "--json")
         assert run.returncode == 0, run.stderr
         assert acme_sid in run.stdout and globex_sid in run.stdout, run.stdout
+        # a snapshot asked for from outside (service: it reads and writes the session
+        # topic), stored by the worker, listed by the analyst
+        svc_env = SecureKafka.env(svc.security)
+        svc_env.pop("TRAJECTORY_HTTP_TOKENS_FILE", None)
+        run = _cli(svc_env, "snapshot", "create", "--session", acme_sid, "--id", "s1", *common)
+        assert run.returncode == 0, (run.stdout, run.stderr)
+        deadline = time.monotonic() + 60
+        while True:
+            run = _cli(env, "snapshot", "list", "--session", acme_sid, "--json", *common)
+            assert run.returncode == 0, run.stderr
+            if '"s1"' in run.stdout or time.monotonic() > deadline:
+                break
+            time.sleep(1.0)
+        assert '"s1"' in run.stdout, (run.stdout, worker.log_tail())
     finally:
         code = worker.stop()
         router.stop()

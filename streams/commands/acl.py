@@ -13,7 +13,7 @@ e.g. the local secured broker's: --kafka-properties .cache/broker-secure/securit
 
 Roles (docs/security.md): agent = create/write its tenant's session topics
 <prefix>.session.<tenant>.* (session ids <tenant>.<id>) and nothing else; service =
-router + worker; analyst = read-only replay/export/history.
+router + worker + OTLP receiver; analyst = read-only replay/export/history.
 
 Examples:
   trajectory acl user add agent-acme --password-file acme.pw

@@ -29,6 +29,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import sys
 
@@ -83,6 +84,9 @@ def run(args: argparse.Namespace) -> int:
     from streams.sdk import Publisher
     from streams.settings import Settings
 
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     settings = Settings().with_(bootstrap=args.bootstrap, prefix=args.prefix)
     config = ReceiverConfig(
         host=args.host,

@@ -48,6 +48,7 @@ from streams.importers.otlp import (
     map_log,
     map_span,
 )
+from streams.security import client_config, explain_kafka_error
 
 #: Dedup keys remembered (about 100 bytes each).
 DEFAULT_DEDUP_CAPACITY: Final = 1_000_000
@@ -182,8 +183,6 @@ class Ingest:
         """The last event on *topic* if it has any (an earlier receiver's session)."""
         from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-        from streams.security import client_config
-
         if self._consumer is None:
             settings = self.publisher.settings
             self._consumer = Consumer(
@@ -208,9 +207,13 @@ class Ingest:
             except KafkaException as exc:
                 # A topic created a moment ago may have no leader yet: retry that.
                 if not exc.args[0].retriable() and exc.args[0].code() not in _NO_LEADER_YET:
-                    raise DeliveryError(f"cannot read the offsets of {topic}: {exc}") from exc
+                    raise self._read_error(
+                        f"cannot read the offsets of {topic}", exc.args[0]
+                    ) from exc
                 if time.monotonic() > deadline:
-                    raise DeliveryError(f"cannot read the offsets of {topic}: {exc}") from exc
+                    raise self._read_error(
+                        f"cannot read the offsets of {topic}", exc.args[0]
+                    ) from exc
                 if exc.args[0].code() in _LOCAL_UNKNOWN:
                     # librdkafka answers these from its own metadata cache, which a
                     # watermark query does not refresh: ask for the cluster's
@@ -225,13 +228,30 @@ class Ingest:
             while msg is not None and msg.error() is not None:
                 if msg.error().code() == -191:  # _PARTITION_EOF: last record was a marker
                     return None
-                raise DeliveryError(f"cannot read the last event of {topic}: {msg.error()}")
+                raise self._read_error(f"cannot read the last event of {topic}", msg.error())
             if msg is None:
                 raise DeliveryError(f"cannot read the last event of {topic} within 10 s")
             event: TraceEvent = self.publisher.serde.decode(msg.value())
             return event
         finally:
             self._consumer.unassign()
+
+    def _read_error(self, what: str, err: Any) -> DeliveryError:
+        """``what`` failed with ``err`` (a ``KafkaError``): a DeliveryError, which names the
+        credential the receiver needs when Kafka refused it (an ACL, the login, TLS).
+
+        Why: the receiver reads back each session topic it opens, so a credential
+        that may only write (an ``agent`` one) publishes a new session and then
+        fails on the first session a restarted receiver continues."""
+        explained = explain_kafka_error(err, self.publisher.settings.security)
+        if explained is None:
+            return DeliveryError(f"{what}: {err}")
+        return DeliveryError(
+            f"{what}: {explained}.  The OTLP receiver reads the last event of each "
+            "session topic it opens (a restarted receiver continues the seq), so its "
+            "credential needs to read the session topics as well as write them: the "
+            "service role (`trajectory acl grant service --user NAME`, docs/otlp.md)"
+        )
 
     # -- publishing -----------------------------------------------------------------
     def _publish(self, sid: str, mapped_items: list[Mapped], result: IngestResult) -> None:

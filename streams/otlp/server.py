@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import ssl
 import time
 from collections.abc import Callable
@@ -57,6 +58,8 @@ from streams.otlp.decode import (
     media_type,
 )
 from streams.otlp.ingest import Ingest, IngestResult
+
+log = logging.getLogger("streams.otlp")
 
 DEFAULT_PORT: Final = 4318
 DEFAULT_MAX_BODY_BYTES: Final = 16 * 1024 * 1024
@@ -348,6 +351,9 @@ class Receiver:
                 signal, 400, "undecodable", _GRPC_INVALID_ARGUMENT, str(exc), as_json
             )
         except DeliveryError as exc:
+            # the exporter sees the reason too, but an operator must not need an
+            # agent's log to learn that this receiver publishes nothing
+            log.warning("%s export answered 503: cannot publish: %s", signal, exc)
             return self._refuse(
                 signal, 503, "unavailable", _GRPC_UNAVAILABLE, f"cannot publish: {exc}", as_json
             )

@@ -491,3 +491,26 @@ def test_the_otlp_receiver_publishes_and_resumes_sessions_over_sasl_ssl(
         reader.close()
     # the first receiver's session_start, its events, then the second's, seq unbroken
     assert seqs == list(range(1 + first.events + second.events)), seqs
+
+    # An agent credential may write its tenant's session topics but read nothing: a
+    # new session works, the first one a restarted receiver continues does not, and
+    # the error says which credential the receiver needs (it was Kafka's bare
+    # GROUP_AUTHORIZATION_FAILED before)
+    acme = tenants["acme"]
+    for rs in doc["resourceSpans"]:
+        rs["resource"]["attributes"][1]["value"]["stringValue"] = "acme.otlp-1"
+
+    def ingest_as_agent(spans_doc: dict[str, Any]) -> Any:
+        with Publisher(acme) as pub:
+            receiver = Ingest(pub)
+            try:
+                items = decode_traces(_json.dumps(spans_doc).encode(), "application/json")
+                return receiver.ingest(items)
+            finally:
+                receiver.close()
+
+    assert ingest_as_agent(doc).new_sessions == 1
+    from streams.errors import DeliveryError
+
+    with pytest.raises(DeliveryError, match="trajectory acl grant service"):
+        ingest_as_agent(doc)  # a new receiver: the same spans again, a resumed session

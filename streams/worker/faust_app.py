@@ -240,11 +240,47 @@ class _ReadCommittedConsumerThread(_aiokafka_driver.AIOKafkaConsumerThread):
 
     FETCH_MAX_WAIT_MS = 50
 
+    #: where the last fetch left each partition it returned records of (aiokafka's
+    #: fetch position, read in this thread as the fetch returns): see take_fetched_to
+    _fetched_to: dict[Any, int | None] | None = None
+
     def _create_worker_consumer(self, transport: Any) -> Any:
         consumer = super()._create_worker_consumer(transport)
         consumer._isolation_level = "read_committed"
         consumer._fetch_max_wait_ms = self.FETCH_MAX_WAIT_MS
         return consumer
+
+    async def _fetch_records(
+        self,
+        consumer: Any,
+        active_partitions: Any,
+        timeout: float | None = None,
+        max_records: int | None = None,
+    ) -> Any:
+        """Faust's fetch, and the fetch position of each partition it returned.
+
+        Why: a batch the fetch loop does not handle is put back to its first record
+        only if the position is still where the fetch left it (``put_back``: else a
+        seek moved it since).  That is one past the batch's last record only when no
+        transaction marker follows it; read_committed, aiokafka steps over the
+        router's commit markers, so after a batch that ends a transaction the
+        position is further on.  Assuming "one past the last record" there, the
+        batch was dropped instead of fetched again: a restarted worker lost the
+        first event a brand-new session sent just after it started
+        (``tests/integration/test_ingest_acceptance.py``, 5 of 6 runs against a
+        long-running broker; docs/guarantees.md "A batch held back is put back even
+        when a transaction marker follows it").
+        """
+        records = await super()._fetch_records(
+            consumer, active_partitions, timeout=timeout, max_records=max_records
+        )
+        self._fetched_to = {tp: fetch_position(consumer, tp) for tp in records}
+        return records
+
+    def take_fetched_to(self) -> dict[Any, int | None]:
+        """The positions :meth:`_fetch_records` saw at its last return (then none)."""
+        got, self._fetched_to = self._fetched_to, None
+        return got or {}
 
 
 class _Seeks(Protocol):
@@ -476,20 +512,31 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                 committed,
             )
 
-    def _hold_back(self, tp: Any, batch: Sequence[Any]) -> None:
+    def _hold_back(self, tp: Any, batch: Sequence[Any], fetched_to: int | None = None) -> None:
         """A batch of ``tp`` the loop does not handle (fetched before its assignment's
         seek, or while ``tp`` was paused): put the fetch position back to its first
         record unless a seek moved it since the batch was taken (then that seek's
         position holds).  Its records are then fetched again, never skipped: in a run
         of the clean-rebalance test a batch fetched *after* the seek, from the
         committed offset, arrived before the seek had returned here, and dropping it
-        lost 3 events per session."""
+        lost 3 events per session.
+
+        ``fetched_to``: where the fetch left the position (``take_fetched_to``); one
+        past the last record when unknown, which is wrong after a transaction marker
+        (see ``_ReadCommittedConsumerThread._fetch_records``)."""
         if tp not in self._seeked:
             self._held_from.setdefault(tp, batch[0].offset)
             # (the stall watch names a partition held back too long, with the
             # worker's whole fetch state: fetch_report's held_s)
             self._held_since.setdefault(tp, time.monotonic())
-        self._put_back(tp, batch[0].offset, batch[-1].offset + 1)
+        after = batch[-1].offset + 1 if fetched_to is None else fetched_to
+        self._put_back(tp, batch[0].offset, after)
+
+    def _take_fetched_to(self) -> dict[Any, int | None]:
+        """Where the last fetch left each partition it returned (the consumer thread's
+        :meth:`_ReadCommittedConsumerThread.take_fetched_to`; empty if unknown)."""
+        take = getattr(self._thread, "take_fetched_to", None)
+        return {} if take is None else take()
 
     def _put_back(self, tp: Any, first: int, after: int) -> None:
         """Seek ``tp`` to ``first`` if its fetch position is still ``after``
@@ -540,6 +587,7 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                 self.diag.set_flag(CONSUMER_FETCHING)
                 fetched_at = self._seek_round  # (the seeks ended before this fetch)
                 records, active = await self._wait_next_records(1.0)
+                fetched_to = self._take_fetched_to()
                 await self.sleep(0)
                 if records is None or self.should_stop:
                     continue
@@ -577,13 +625,13 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
                                 batch[-1].offset,
                                 batch[0].offset,
                             )
-                            self._hold_back(tp, batch)
+                            self._hold_back(tp, batch, fetched_to.get(tp))
                         continue
                     if tp.topic == handler_topic and seeked.get(tp, fetched_at + 1) > fetched_at:
                         # fetched before this assignment's seek (perform_seek) ended:
                         # maybe not from the committed offset (seen: from the end of
                         # the log); fetched again from where it starts or the seek set
-                        self._hold_back(tp, batch)
+                        self._hold_back(tp, batch, fetched_to.get(tp))
                         continue
                     r_offset = read_offset[tp]
                     if r_offset is not None:

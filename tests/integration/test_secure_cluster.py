@@ -505,7 +505,9 @@ def test_the_otlp_receiver_publishes_and_resumes_sessions_over_sasl_ssl(
             receiver = Ingest(pub)
             try:
                 items = decode_traces(_json.dumps(spans_doc).encode(), "application/json")
-                return receiver.ingest(items)
+                result = receiver.ingest(items)
+                pub.flush()  # delivered before the next receiver looks for them
+                return result
             finally:
                 receiver.close()
 

@@ -204,6 +204,53 @@ def test_a_batch_fetched_from_the_committed_offset_before_the_seek_returned_is_f
     asyncio.run(run())
 
 
+def test_a_batch_held_back_past_a_transaction_marker_is_fetched_again(tmp_path: Path) -> None:
+    """read_committed, aiokafka steps over the commit marker that ends a router
+    transaction: after a batch ending one, the fetch position is past the batch's
+    last record + 1.  The put-back compared the position with that +1, found it
+    moved, and dropped the batch: a restarted worker lost the session_start of a
+    brand-new session (test_ingest_acceptance, 2 of 3 runs on a long-running
+    broker).  Now it compares with where the fetch left the position
+    (``_ReadCommittedConsumerThread.take_fetched_to``); a seek since still wins."""
+
+    async def run() -> None:
+        topic = "tsg.events"
+        tp = TP(topic, 0)
+        consumer, _, handled = _consumer(tmp_path, {tp: 300})
+        batch = _records(topic, 0, range(301, 302))  # 300: the last transaction's marker
+        rounds = [batch]
+        moved: list[int] = []
+
+        async def wait_next_records(timeout: float) -> tuple[Any, Any]:
+            if rounds:
+                got = rounds.pop(0)
+                consumer.fetch_position[tp] = got[-1].offset + 2  # the marker at 302
+                consumer._take_fetched_to = lambda: {tp: got[-1].offset + 2}
+                if moved:  # a seek after the fetch returned: its position holds
+                    consumer.fetch_position[tp] = moved[0]
+                return {tp: got}, None
+            fetcher._stopped.set()
+            return None, None
+
+        fetcher = SimpleNamespace(_stopped=asyncio.Event())
+        consumer._wait_next_records = wait_next_records
+        consumer.flow_active = True
+        await consumer._drain_messages(fetcher)  # before the assignment's seek: held back
+        assert handled == [] and consumer.seeks == [(0, 301)]  # (before: [], 301 lost)
+
+        consumer2, _, handled2 = _consumer(tmp_path / "b", {tp: 300})
+        consumer = consumer2
+        rounds.append(batch)
+        moved.append(300)
+        fetcher = SimpleNamespace(_stopped=asyncio.Event())
+        consumer2._wait_next_records = wait_next_records
+        consumer2.flow_active = True
+        await consumer2._drain_messages(fetcher)
+        assert handled2 == [] and consumer2.seeks == []  # the seek's 300 holds
+
+    asyncio.run(run())
+
+
 def test_a_batch_revoked_while_it_waited_for_the_lock_is_not_handled_nor_passed(
     tmp_path: Path,
 ) -> None:

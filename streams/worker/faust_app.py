@@ -267,7 +267,7 @@ class _ReadCommittedConsumerThread(_aiokafka_driver.AIOKafkaConsumerThread):
         position is further on.  Assuming "one past the last record" there, the
         batch was dropped instead of fetched again: a restarted worker lost the
         first event a brand-new session sent just after it started
-        (``tests/integration/test_ingest_acceptance.py``, 5 of 6 runs against a
+        (``tests/integration/test_ingest_acceptance.py``, 11 of 13 runs against a
         long-running broker; docs/guarantees.md "A batch held back is put back even
         when a transaction marker follows it").
         """

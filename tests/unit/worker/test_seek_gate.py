@@ -110,6 +110,16 @@ async def _drain(
     await consumer._drain_messages(fetcher)
 
 
+async def _drain_with(consumer: Any, wait_next_records: Any) -> Any:
+    """Run the real fetch loop with ``wait_next_records`` as Faust's fetch call (it
+    stops the loop by setting the returned fetcher's ``_stopped``)."""
+    fetcher = SimpleNamespace(_stopped=asyncio.Event())
+    consumer._wait_next_records = lambda timeout: wait_next_records(fetcher)
+    consumer.flow_active = True
+    await consumer._drain_messages(fetcher)
+    return fetcher
+
+
 def test_records_fetched_before_the_assignments_seek_are_not_handled(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -186,7 +196,7 @@ def test_a_batch_fetched_from_the_committed_offset_before_the_seek_returned_is_f
         consumer2, _, handled2 = _consumer(tmp_path / "b", {other: 111})
         stale = _records(topic, 1, range(120, 123))
 
-        async def wait_next_records(timeout: float) -> tuple[Any, Any]:
+        async def wait_next_records(fetcher: Any) -> tuple[Any, Any]:
             if stale:
                 batch = list(stale)
                 stale.clear()
@@ -195,10 +205,7 @@ def test_a_batch_fetched_from_the_committed_offset_before_the_seek_returned_is_f
             fetcher._stopped.set()
             return None, None
 
-        fetcher = SimpleNamespace(_stopped=asyncio.Event())
-        consumer2._wait_next_records = wait_next_records
-        consumer2.flow_active = True
-        await consumer2._drain_messages(fetcher)
+        await _drain_with(consumer2, wait_next_records)
         assert handled2 == [] and consumer2.seeks == []  # the seek's 111 holds
 
     asyncio.run(run())
@@ -209,7 +216,7 @@ def test_a_batch_held_back_past_a_transaction_marker_is_fetched_again(tmp_path: 
     transaction: after a batch ending one, the fetch position is past the batch's
     last record + 1.  The put-back compared the position with that +1, found it
     moved, and dropped the batch: a restarted worker lost the session_start of a
-    brand-new session (test_ingest_acceptance, 2 of 3 runs on a long-running
+    brand-new session (test_ingest_acceptance, 11 of 13 runs on a long-running
     broker).  Now it compares with where the fetch left the position
     (``_ReadCommittedConsumerThread.take_fetched_to``); a seek since still wins."""
 
@@ -221,7 +228,7 @@ def test_a_batch_held_back_past_a_transaction_marker_is_fetched_again(tmp_path: 
         rounds = [batch]
         moved: list[int] = []
 
-        async def wait_next_records(timeout: float) -> tuple[Any, Any]:
+        async def wait_next_records(fetcher: Any) -> tuple[Any, Any]:
             if rounds:
                 got = rounds.pop(0)
                 consumer.fetch_position[tp] = got[-1].offset + 2  # the marker at 302
@@ -232,20 +239,14 @@ def test_a_batch_held_back_past_a_transaction_marker_is_fetched_again(tmp_path: 
             fetcher._stopped.set()
             return None, None
 
-        fetcher = SimpleNamespace(_stopped=asyncio.Event())
-        consumer._wait_next_records = wait_next_records
-        consumer.flow_active = True
-        await consumer._drain_messages(fetcher)  # before the assignment's seek: held back
+        await _drain_with(consumer, wait_next_records)  # before the seek: held back
         assert handled == [] and consumer.seeks == [(0, 301)]  # (before: [], 301 lost)
 
         consumer2, _, handled2 = _consumer(tmp_path / "b", {tp: 300})
         consumer = consumer2
         rounds.append(batch)
         moved.append(300)
-        fetcher = SimpleNamespace(_stopped=asyncio.Event())
-        consumer2._wait_next_records = wait_next_records
-        consumer2.flow_active = True
-        await consumer2._drain_messages(fetcher)
+        await _drain_with(consumer2, wait_next_records)
         assert handled2 == [] and consumer2.seeks == []  # the seek's 300 holds
 
     asyncio.run(run())

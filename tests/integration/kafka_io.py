@@ -188,16 +188,21 @@ def read_dlq(settings: Settings, want: int = 1, timeout_s: float = 20.0) -> list
 
 
 def read_all(settings: Settings, topic: str, idle_s: float = 3.0) -> list[tuple[bytes, bytes]]:
-    """Every record of ``topic`` (until ``idle_s`` without a new one after the first)."""
+    """Every record of ``topic`` (until ``idle_s`` without a new one after the first),
+    read with ``settings.security`` (a group under ``<prefix>.``, which the analyst
+    role may read)."""
     import time
     import uuid
 
     from confluent_kafka import Consumer
 
+    from streams.security import client_config
+
     c = Consumer(
         {
             "bootstrap.servers": settings.bootstrap,
-            "group.id": f"{settings.prefix}-{uuid.uuid4().hex[:6]}",
+            **client_config(settings.security),
+            "group.id": f"{settings.prefix}.read-all-{uuid.uuid4().hex[:6]}",
             "auto.offset.reset": "earliest",
             "enable.auto.commit": False,
         }

@@ -132,7 +132,9 @@ def test_thousand_events_malformed_restart_and_new_topic(
             elapsed = time.monotonic() - t0
             s.end()
         if status != 200:  # pytest.fail: an assertion message this long is cut short
-            stats = [worker.get("/stats")[1] for _ in range(2) if time.sleep(1.0) is None]
+            stats = [worker.get("/stats")[1]]
+            time.sleep(1.0)
+            stats.append(worker.get("/stats")[1])
             pytest.fail(
                 f"{body}\n{where_is(settings, 'acc-brand-new')}\n"
                 f"worker /stats, 1 s apart: {stats}\n"

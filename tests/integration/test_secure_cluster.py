@@ -429,18 +429,18 @@ def test_the_otlp_receiver_publishes_and_resumes_sessions_over_sasl_ssl(
     svc, analyst = tenants["svc"], tenants["analyst"]
     doc = _json.loads((REPO / "tests/fixtures/importers/otlp_genai.json").read_text())
 
-    def ingest_once(spans_doc: dict[str, Any]) -> Any:
+    def ingest_once(settings: Settings, spans_doc: dict[str, Any]) -> Any:
         body = _json.dumps(spans_doc).encode()
-        with Publisher(svc) as pub:  # a new receiver each time: no memory of the last one
+        with Publisher(settings) as pub:  # a new receiver each time: no memory of the last
             receiver = Ingest(pub)
             try:
                 result = receiver.ingest(decode_traces(body, "application/json"))
-                pub.flush()
+                pub.flush()  # delivered before the next receiver looks for them
             finally:
                 receiver.close()
         return result
 
-    first = ingest_once(doc)
+    first = ingest_once(svc, doc)
     assert first.rejected == [] and first.new_sessions == 1 and first.events > 0, first
     # the same agent's next spans reach a restarted receiver: new span ids, later times
     later = _json.loads(_json.dumps(doc))
@@ -452,43 +452,19 @@ def test_the_otlp_receiver_publishes_and_resumes_sessions_over_sasl_ssl(
                     span["parentSpanId"] = "f" + span["parentSpanId"]
                 for key in ("startTimeUnixNano", "endTimeUnixNano"):
                     span[key] = str(int(span[key]) + 60_000_000_000)
-    second = ingest_once(later)
+    second = ingest_once(svc, later)
     assert second.rejected == [] and second.events > 0, second
 
-    from confluent_kafka import Consumer, TopicPartition
+    from kafka_io import read_all
 
     from streams.otlp.ingest import sanitize_session_id
-    from streams.security import client_config
 
     (sid,) = {
         sanitize_session_id(str(rs["resource"]["attributes"][1]["value"]["stringValue"]))
         for rs in doc["resourceSpans"]
     }
-    topic = analyst.session_topic(sid)
-    reader = Consumer(
-        {
-            "bootstrap.servers": analyst.bootstrap,
-            **client_config(analyst.security),
-            "group.id": f"{analyst.prefix}.otlp-check",
-            "enable.auto.commit": False,
-            "enable.partition.eof": True,
-        }
-    )
-    serde, seqs = EventSerde(), []
-    try:
-        reader.assign([TopicPartition(topic, 0, 0)])
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            msg = reader.poll(1.0)
-            if msg is None:
-                continue
-            if msg.error() is not None:
-                if msg.error().code() == -191:  # _PARTITION_EOF
-                    break
-                raise AssertionError(msg.error())
-            seqs.append(serde.decode(msg.value()).seq)
-    finally:
-        reader.close()
+    serde = EventSerde()
+    seqs = [serde.decode(v).seq for _k, v in read_all(analyst, analyst.session_topic(sid))]
     # the first receiver's session_start, its events, then the second's, seq unbroken
     assert seqs == list(range(1 + first.events + second.events)), seqs
 
@@ -500,19 +476,8 @@ def test_the_otlp_receiver_publishes_and_resumes_sessions_over_sasl_ssl(
     for rs in doc["resourceSpans"]:
         rs["resource"]["attributes"][1]["value"]["stringValue"] = "acme.otlp-1"
 
-    def ingest_as_agent(spans_doc: dict[str, Any]) -> Any:
-        with Publisher(acme) as pub:
-            receiver = Ingest(pub)
-            try:
-                items = decode_traces(_json.dumps(spans_doc).encode(), "application/json")
-                result = receiver.ingest(items)
-                pub.flush()  # delivered before the next receiver looks for them
-                return result
-            finally:
-                receiver.close()
-
-    assert ingest_as_agent(doc).new_sessions == 1
+    assert ingest_once(acme, doc).new_sessions == 1
     from streams.errors import DeliveryError
 
     with pytest.raises(DeliveryError, match="trajectory acl grant service"):
-        ingest_as_agent(doc)  # a new receiver: the same spans again, a resumed session
+        ingest_once(acme, doc)  # a new receiver: the same spans again, a resumed session

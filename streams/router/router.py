@@ -196,6 +196,14 @@ TXN_STUCK_S = 30.0
 #: caller sees it): a healthy close takes milliseconds, a frozen broker makes it
 #: wait out request timeouts (:meth:`Router._close_consumer`).
 CLOSE_WAIT_S = WEDGED_S
+#: Attempts of one seek that librdkafka answers ``_OUTDATED``: a seek is a versioned
+#: op on the partition, and an op with a newer version handled first (the pause of
+#: the whole assignment that librdkafka's main thread makes when a rebalance begins,
+#: racing the seek from this thread) makes it refuse the older seek unapplied.  A
+#: new attempt gets a newer version.  Seen in a chaos run (2026-12-07): an abort
+#: after ``ILLEGAL_GENERATION`` raised ``Failed to seek to offset 173: Local:
+#: Outdated`` out of the loop and the router exited 1.
+SEEK_ATTEMPTS = 5
 #: The producer flush at a stop whose consumer close was left behind: best effort.
 CLOSE_FLUSH_S = 1.0
 #: At-least-once: a periodic offset commit waits while an earlier one awaits its
@@ -529,6 +537,30 @@ def plan_stall(
             behind[key] = (committed.get(key, -1), pos, end)
     return StallPlan(behind, frozenset(behind) & previous)
 
+
+
+def _seek(consumer: Consumer, tp: TopicPartition) -> None:
+    """``consumer.seek(tp)``, again while librdkafka answers ``_OUTDATED`` (a racing
+    op of its own refused the seek unapplied: :data:`SEEK_ATTEMPTS`).  Any other
+    refusal, or one still outdated after every attempt, is raised: a position left
+    past an aborted batch would skip it at the next commit."""
+    for attempt in range(1, SEEK_ATTEMPTS + 1):
+        try:
+            consumer.seek(tp)
+            return
+        except KafkaException as exc:
+            kerr = exc.args[0] if exc.args else None
+            outdated = isinstance(kerr, KafkaError) and kerr.code() == KafkaError._OUTDATED
+            if not outdated or attempt == SEEK_ATTEMPTS:
+                raise
+            log.info(
+                "seek of %s[%d] to %d refused as outdated (attempt %d of %d): seeking again",
+                tp.topic,
+                tp.partition,
+                tp.offset,
+                attempt,
+                SEEK_ATTEMPTS,
+            )
 
 class Router:
     """Consume-validate-forward loop, exactly-once or at-least-once (module docstring).
@@ -2416,7 +2448,7 @@ class Router:
         for (topic, partition), offset in targets.items():
             tp = TopicPartition(topic, partition)
             if tp in self._assigned:
-                consumer.seek(TopicPartition(topic, partition, offset))
+                _seek(consumer, TopicPartition(topic, partition, offset))
                 if self._paused.pop((topic, partition), None) is not None:
                     # paused (its session_end committed) while the aborted batch held
                     # later records of it: fetch them again

@@ -59,6 +59,7 @@ SERIAL_MODULES = ("tests/integration/test_router_broker_restart.py",)
 HEAVY = (
     "tests/integration/test_router_broker_restart.py",
     "tests/chaos/test_chaos_faults.py",
+    "tests/chaos/test_chaos_fleet.py",
     "tests/integration/test_detection.py::test_sigkill_mid_stream",
     "tests/integration/test_secure_cluster.py",
     "tests/integration/test_worker_shutdown.py::test_sigterm_during_startup",

@@ -44,6 +44,8 @@ once; a stopped instance's partitions move to the others after the 10 s session
 timeout.  A fatal error stops the router with the reason and exit code 4 when Kafka
 failed (e.g. fenced by another instance with the same id, an undeliverable event), 2
 for bad usage (a flag or setting); 3 when the stop grace ran out after SIGTERM.
+SIGUSR1 prints every thread's stack to stderr and leaves the router running: where
+a router that routes nothing waits.
 """
 
 from __future__ import annotations
@@ -276,6 +278,9 @@ def run(args: argparse.Namespace) -> int:
     # without a word; with this, stderr shows every Python thread's stack, i.e.
     # which client call was under way.
     faulthandler.enable()
+    # SIGUSR1: the same dump on demand, the process left running (what a router that
+    # routes nothing waits on; the chaos driver sends it on a routing stall).
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
 
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.INFO,

@@ -10,6 +10,7 @@ See tests/chaos/chaos_driver.py and docs/chaos.md.
     python tests/bench/bench_chaos.py                 # small (the CI size)
     python tests/bench/bench_chaos.py --full          # >= 20 kills, >= 10,000 inputs
     python tests/bench/bench_chaos.py --kills 6 --malformed 2000 --seed 7
+    python tests/bench/bench_chaos.py --fleet         # 2 workers, wiped stores, joins/leaves
 
 Exit status 0 when every correctness outcome holds, 1 otherwise (figures are
 printed either way).
@@ -18,6 +19,7 @@ printed either way).
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from pathlib import Path
@@ -30,9 +32,34 @@ from chaos_driver import ChaosConfig, format_figures, run_chaos  # noqa: E402
 from chaos_outcomes import failed_outcomes  # noqa: E402
 
 
+def _interrupted(signum: int, _frame: object) -> None:
+    # SIGTERM (a timeout, a killed shell): end like Ctrl-C, so the run's `finally`
+    # stops the router, the workers and the broker it started (they run in their
+    # own sessions and would otherwise outlive it).
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _interrupted)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--full", action="store_true", help="issue #15's full size")
+    parser.add_argument(
+        "--fleet",
+        action="store_true",
+        help="partitions on the move: 2 workers, two thirds of the kills on them, every "
+        "third of those restarted with an empty data dir, 4 extra workers joining and leaving",
+    )
+    parser.add_argument("--workers", type=int, help="worker processes (default 1)")
+    parser.add_argument("--partitions", type=int, help="partitions of <prefix>.events (default 3)")
+    parser.add_argument(
+        "--wipe-every",
+        type=int,
+        help="restart the first and every N-th killed worker with an emptied data dir "
+        "(default 0: never)",
+    )
+    parser.add_argument(
+        "--joins", type=int, help="extra workers that join and leave again (default 0)"
+    )
     parser.add_argument("--kills", type=int, help="SIGKILLs of router/worker (default 3)")
     parser.add_argument("--sessions", type=int, help="concurrent SDK sessions (default 6)")
     parser.add_argument("--rate", type=float, help="valid events/s in total (default 120)")
@@ -51,6 +78,11 @@ def main(argv: list[str] | None = None) -> int:
         choices=("exactly-once", "at-least-once"),
         help="the router's --guarantee (default exactly-once, the router's default)",
     )
+    parser.add_argument(
+        "--router-args",
+        default="",
+        help="more router arguments, one string (diagnosis), e.g. '--client-debug cgrp'",
+    )
     parser.add_argument("--workdir", help="keep logs and data here (default: a temp dir)")
     args = parser.parse_args(argv)
     changes = {
@@ -62,14 +94,27 @@ def main(argv: list[str] | None = None) -> int:
             "malformed": args.malformed,
             "seed": args.seed,
             "guarantee": args.guarantee,
+            "workers": args.workers,
+            "wipe_every": args.wipe_every,
+            "joins": args.joins,
+            "partitions": args.partitions,
         }.items()
         if v is not None
     }
+    if args.router_args:
+        changes["router_args"] = tuple(args.router_args.split())
     if args.exclude:
         changes["exclude"] = tuple(args.exclude)
     if args.no_broker_restart:
         changes["broker_restart"] = False
-    cfg = ChaosConfig.full(**changes) if args.full else ChaosConfig(**changes)
+    if args.full and args.fleet:
+        parser.error("--full and --fleet are two sizes: give one")
+    if args.full:
+        cfg = ChaosConfig.full(**changes)
+    elif args.fleet:
+        cfg = ChaosConfig.fleet(**changes)
+    else:
+        cfg = ChaosConfig(**changes)
     if args.workdir:
         workdir = Path(args.workdir)
         result = run_chaos(cfg, workdir, log=lambda s: print(s, file=sys.stderr, flush=True))

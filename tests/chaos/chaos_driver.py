@@ -1,5 +1,6 @@
-"""Fault driver for the chaos suite (issue #15): one broker, one router, one worker,
-a steady SDK load, malformed inputs, SIGKILLs and a broker restart; then figures.
+"""Fault driver for the chaos suite (issue #15): one broker, one router, one worker
+(or several, with partitions on the move), a steady SDK load, malformed inputs,
+SIGKILLs and a broker restart; then figures.
 
 Used by ``tests/bench/bench_chaos.py`` (prints the figures) and by
 ``tests/chaos/test_chaos_faults.py`` (asserts the correctness outcomes at a small
@@ -24,6 +25,10 @@ What a run does (all random choices from ``random.Random(seed)``):
    restart; worker: first event applied by the new process, ``/stats``); once,
    midway, it stops the broker and starts it again on the same ports and data dir;
    a process that exits on its own is recorded (an *unexpected exit*) and restarted;
+   with ``workers`` > 1 a worker kill picks one of them, every ``wipe_every``-th
+   restarts with an emptied data dir, and ``joins`` scale-out faults start an extra
+   worker (partitions move to it, restored from the changelogs) and stop it again
+   (SIGTERM, then SIGKILL in turn: its partitions move back);
 5. it lets the pipeline drain, then reads the worker's state of every session
    (``/sessions/{id}/state``), the DLQ, the output topics, and runs
    ``python -m streams replay --compare-live``.
@@ -35,6 +40,7 @@ whose state cannot be read) counts against the outcome, not for it.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import random
@@ -58,6 +64,9 @@ from chaos_inputs import DLQ_CLASSES, ChaosInput, expected_abuse_state, generate
 REPO = Path(__file__).resolve().parents[2]
 PREFIX = "chaos"
 PARTITIONS = 3
+#: no routed event for this long while the load runs (the broker outage aside): the
+#: router is diagnosed (SIGUSR1: every thread's stack, and a py-spy dump, into its log)
+ROUTING_STALL_S = 20.0
 
 
 @dataclass(frozen=True)
@@ -92,6 +101,25 @@ class ChaosConfig:
     #: the router's --guarantee (at-least-once: dead letters and events may repeat
     #: after a kill; the outcomes allow identical repeats either way)
     guarantee: str = "exactly-once"
+    #: worker processes: static members ``chaos-w1`` .. ``chaos-wN``, each with its
+    #: own data dir and web port; a worker kill picks one of them
+    workers: int = 1
+    #: every this-many-th worker kill (the first, then every N-th) restarts the worker
+    #: with an emptied data dir (the local store lost: its partitions are restored
+    #: from the changelogs alone); 0: never
+    wipe_every: int = 0
+    #: scale-out faults: an extra worker (a new id, an empty data dir) joins, takes
+    #: partitions over (restored from the changelogs) and leaves again, by SIGTERM
+    #: and by SIGKILL in turn (then its partitions move back after the group's
+    #: session timeout); its recovery is its first event applied
+    joins: int = 0
+    #: the share of kills that hit the router (the rest: a worker)
+    router_share: float = 0.5
+    #: partitions of ``<prefix>.events``: more than ``workers`` for a joining worker
+    #: to get any
+    partitions: int = PARTITIONS
+    #: more arguments for the router (diagnosis, e.g. ``("--client-debug", "cgrp")``)
+    router_args: tuple[str, ...] = ()
 
     @classmethod
     def full(cls, **changes: Any) -> ChaosConfig:
@@ -100,13 +128,36 @@ class ChaosConfig:
         base.update(changes)
         return cls(**base)
 
+    @classmethod
+    def fleet(cls, **changes: Any) -> ChaosConfig:
+        """Partitions on the move: two workers, two thirds of the kills on them,
+        every third of those with the store lost, four scale-out joins and leaves, on top
+        of :meth:`full`'s faults at a third of its size."""
+        base: dict[str, Any] = {
+            "kills": 8,
+            "malformed": 2_000,
+            "sessions": 12,
+            "rate": 150.0,
+            "workers": 2,
+            "wipe_every": 3,
+            "joins": 4,
+            "router_share": 0.34,
+        }
+        base.update(changes)
+        return cls(**base)
+
 
 @dataclass
 class KillRecord:
     index: int
+    #: "router", "worker" (a SIGKILL, restarted at once) or "join" (an extra worker
+    #: started; recovery_s: until it applied an event)
     target: str
     at_s: float
     recovery_s: float | None
+    #: the process ("worker-2", "join-1"); "+wiped": restarted with an empty data dir,
+    #: "+sigterm" / "+sigkill": how a joined worker left
+    proc: str = ""
 
 
 @dataclass
@@ -129,8 +180,13 @@ class ChaosResult:
     broker_down_s: float | None = None
     #: of broker_down_s: the clean stop (SIGKILL after 30 s) and the start to ready
     broker_stop_s: float | None = None
+    #: monotonic times of the broker's stop and of its start (ready)
+    broker_window: tuple[float, float] | None = None
     broker_start_s: float | None = None
     router_recovery_after_broker_s: float | None = None
+    #: the longest time no routed event arrived while the load ran, outside the
+    #: broker outage (and its recovery window): (seconds, at run second)
+    longest_routing_gap: tuple[float, float] | None = None
     worker_recovery_after_broker_s: float | None = None
     unexpected_exits: list[str] = field(default_factory=list)
     processes_up_at_end: dict[str, bool] = field(default_factory=dict)
@@ -175,10 +231,20 @@ class ChaosResult:
 class Proc:
     """One of our commands as a subprocess that the driver kills and restarts."""
 
-    def __init__(self, name: str, args: list[str], log: Path) -> None:
+    def __init__(
+        self,
+        name: str,
+        args: list[str],
+        log: Path,
+        web_port: int | None = None,
+        data_dir: Path | None = None,
+    ) -> None:
         self.name = name
         self.args = args
         self.log = log
+        #: a worker's: its HTTP view, and the folder its tables live in
+        self.web_port = web_port
+        self.data_dir = data_dir
         self.popen: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
 
@@ -214,9 +280,10 @@ class Proc:
             self.popen.wait(10)
 
     def diagnose(self) -> None:
-        """A worker that does not recover: SIGUSR1 (it logs its fetch state at
-        WARNING, then every thread's and task's stack) and a py-spy dump, into its
-        log, so the report's log lines say where it waits."""
+        """A worker that does not recover, a router that routes nothing: SIGUSR1 (a
+        worker logs its fetch state at WARNING, then every thread's and task's stack;
+        a router every thread's stack) and a py-spy dump, into its log, so the
+        report's log lines say where it waits."""
         if not self.alive():
             return
         assert self.popen is not None
@@ -537,12 +604,15 @@ class Injector(threading.Thread):
 class ArrivalMonitor(threading.Thread):
     """Notes when committed events arrive on ``<prefix>.events`` (router recovery)."""
 
-    def __init__(self, bootstrap: str, topic: str) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int = PARTITIONS) -> None:
         super().__init__(daemon=True, name="chaos-monitor")
         self.bootstrap = bootstrap
         self.topic = topic
+        self.partitions = partitions
         self.last_arrival = 0.0
         self.arrivals = 0
+        #: monotonic time of each consume() that returned committed events
+        self.arrived_at: list[float] = []
         self.stop_event = threading.Event()
 
     def first_after(self, t: float, timeout_s: float) -> float | None:
@@ -566,7 +636,9 @@ class ArrivalMonitor(threading.Thread):
             }
         )
         try:
-            consumer.assign([TopicPartition(self.topic, p, OFFSET_END) for p in range(PARTITIONS)])
+            consumer.assign(
+                [TopicPartition(self.topic, p, OFFSET_END) for p in range(self.partitions)]
+            )
             while not self.stop_event.is_set():
                 batch = consumer.consume(1000, timeout=0.1)
                 got = [m for m in batch if m.error() is None]
@@ -574,6 +646,7 @@ class ArrivalMonitor(threading.Thread):
                     # first arrival of this batch; keep the earliest after a restart mark
                     self.last_arrival = time.monotonic()
                     self.arrivals += len(got)
+                    self.arrived_at.append(self.last_arrival)
         finally:
             consumer.close()
 
@@ -627,7 +700,9 @@ def _read_topic(bootstrap: str, topic: str, committed: bool = True) -> list[Any]
 # the run
 
 
-def router_command(bootstrap: str, guarantee: str = "exactly-once") -> list[str]:
+def router_command(
+    bootstrap: str, guarantee: str = "exactly-once", partitions: int = PARTITIONS
+) -> list[str]:
     """``python -m`` arguments of the router the chaos runs start (and restart)."""
     return [
         "streams.commands.router",
@@ -636,12 +711,55 @@ def router_command(bootstrap: str, guarantee: str = "exactly-once") -> list[str]
         "--prefix",
         PREFIX,
         "--partitions",
-        str(PARTITIONS),
+        str(partitions),
         "--status-every",
         "0",
         "--guarantee",
         guarantee,
     ]
+
+
+def _worker_proc(
+    bootstrap: str, cfg: ChaosConfig, workdir: Path, name: str, worker_id: str, web_port: int
+) -> Proc:
+    """A worker subprocess: static member ``worker_id``, tables under
+    ``workdir/worker-data/<worker_id>``, its HTTP view on ``web_port``."""
+    return Proc(
+        name,
+        [
+            "streams.commands.worker",
+            "--bootstrap",
+            bootstrap,
+            "--prefix",
+            PREFIX,
+            "--data-dir",
+            str(workdir / "worker-data"),
+            "--worker-id",
+            worker_id,
+            "--web-port",
+            str(web_port),
+            "--max-sessions-in-memory",
+            str(cfg.max_sessions_in_memory),
+        ],
+        workdir / f"{name}.log",
+        web_port=web_port,
+        data_dir=workdir / "worker-data" / worker_id,
+    )
+
+
+def _fault_plan(cfg: ChaosConfig, rng: random.Random) -> list[str]:
+    """The faults in order: "router", "worker" (SIGKILL, restart) and "join"."""
+    if cfg.router_share == 0.5:  # (the draws of every seed before router_share)
+        targets = [rng.choice(("router", "worker")) for _ in range(cfg.kills)]
+    else:
+        targets = [
+            "router" if rng.random() < cfg.router_share else "worker" for _ in range(cfg.kills)
+        ]
+    if cfg.kills >= 2 and len(set(targets)) == 1:
+        targets[-1] = "worker" if targets[0] == "router" else "router"
+    for _ in range(cfg.joins):
+        targets.insert(rng.randrange(len(targets) + 1), "join")
+    return targets
 
 
 def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = print) -> ChaosResult:
@@ -657,52 +775,57 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     # `worker --worker-id X --data-dir NEW` fails with FileNotFoundError today (issue
     # #15, "also seen"): create the data dir so the run measures the faults, not that.
     (workdir / "worker-data").mkdir(exist_ok=True)
-    kafka_port, controller_port, web_port = free_ports(3)
+    kafka_port, controller_port, *web_ports = free_ports(2 + cfg.workers + cfg.joins)
     broker = LocalBroker(
         workdir / "broker", port=kafka_port, controller_port=controller_port, heap="768m"
     )
     t_begin = time.monotonic()
     broker.start()
-    settings = Settings(bootstrap=broker.bootstrap, prefix=PREFIX, events_partitions=PARTITIONS)
+    settings = Settings(bootstrap=broker.bootstrap, prefix=PREFIX, events_partitions=cfg.partitions)
     ensure_worker_topics(settings)
     log(f"chaos: broker at {broker.bootstrap}, workdir {workdir}")
 
-    router = Proc("router", router_command(broker.bootstrap, cfg.guarantee), workdir / "router.log")
-    worker = Proc(
-        "worker",
-        [
-            "streams.commands.worker",
-            "--bootstrap",
-            broker.bootstrap,
-            "--prefix",
-            PREFIX,
-            "--data-dir",
-            str(workdir / "worker-data"),
-            "--worker-id",
-            "chaos-w1",
-            "--web-port",
-            str(web_port),
-            "--max-sessions-in-memory",
-            str(cfg.max_sessions_in_memory),
-        ],
-        workdir / "worker.log",
+    router = Proc(
+        "router",
+        [*router_command(broker.bootstrap, cfg.guarantee, cfg.partitions), *cfg.router_args],
+        workdir / "router.log",
     )
-    procs = {"router": router, "worker": worker}
-    stats_url = f"http://127.0.0.1:{web_port}/stats"
+    workers = [
+        _worker_proc(
+            broker.bootstrap,
+            cfg,
+            workdir,
+            "worker" if cfg.workers == 1 else f"worker-{n}",
+            f"chaos-w{n}",
+            web_ports[n - 1],
+        )
+        for n in range(1, cfg.workers + 1)
+    ]
+    procs: dict[str, Proc] = {"router": router, **{w.name: w for w in workers}}
+    joined: list[Proc] = []  # extra workers of the scale-out faults (their logs)
     # per worker process lifetime: the last /stats "duplicates" seen
     dup_seen: dict[int, int] = {}
 
-    def sample_stats() -> dict[str, Any] | None:
-        status, body = _http_json(stats_url, timeout=2.0)
-        if status == 200 and isinstance(body, dict) and worker.popen is not None:
-            dup_seen[worker.popen.pid] = int(body.get("duplicates", 0))
+    def stats_of(proc: Proc) -> dict[str, Any] | None:
+        if proc.web_port is None or not proc.alive():
+            return None
+        status, body = _http_json(f"http://127.0.0.1:{proc.web_port}/stats", timeout=2.0)
+        if status == 200 and isinstance(body, dict) and proc.popen is not None:
+            dup_seen[proc.popen.pid] = int(body.get("duplicates", 0))
             return body
         return None
+
+    def sample_stats() -> dict[str, Any] | None:
+        """Every running worker's /stats; "applied" summed (None: none answered)."""
+        bodies = [b for p in procs.values() if (b := stats_of(p)) is not None]
+        if not bodies:
+            return None
+        return {"applied": sum(int(b.get("applied", 0)) for b in bodies)}
 
     killed_by_us: set[int] = set()
 
     def watchdog() -> None:
-        for proc in procs.values():
+        for proc in list(procs.values()):
             if proc.popen is not None and proc.popen.poll() is not None:
                 if proc.popen.pid in killed_by_us:
                     continue
@@ -715,24 +838,74 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
                 time.sleep(3.0)  # a crash loop (poison pill) must not eat the CPU
                 proc.start()
 
+    # routing watch: a router that lives but routes nothing for this long while the
+    # load runs is asked where it waits (SIGUSR1 + py-spy into its log), once per
+    # process; the figures report the gap (routing_never_stalled judges it)
+    quiet = {"broker": False, "faults_from": float("inf")}
+    diagnosed: set[int] = set()
+
+    def watch_routing() -> None:
+        if quiet["broker"] or load.stopping.is_set() or not router.alive():
+            return
+        assert router.popen is not None
+        since = max(monitor.last_arrival, router.started_at, quiet["faults_from"])
+        if time.monotonic() - since > ROUTING_STALL_S and router.popen.pid not in diagnosed:
+            diagnosed.add(router.popen.pid)
+            log(f"chaos: no routed event for {ROUTING_STALL_S:.0f}s: diagnosing the router")
+            router.diagnose()
+
     def pause(seconds: float) -> None:
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             watchdog()
+            watch_routing()
             sample_stats()
             time.sleep(min(0.5, max(0.0, end - time.monotonic())))
 
-    def worker_recovery(since: float, baseline: int = 0) -> float | None:
+    def worker_recovery(proc: Proc, since: float) -> float | None:
+        """Seconds from ``since`` until ``proc`` applied an event (None: not within
+        the recovery timeout)."""
         deadline = since + cfg.recovery_timeout_s
         while time.monotonic() < deadline:
-            body = sample_stats()
-            if body is not None and int(body.get("applied", 0)) > baseline:
+            body = stats_of(proc)
+            if body is not None and int(body.get("applied", 0)) > 0:
                 return time.monotonic() - since
             watchdog()
+            watch_routing()
+            sample_stats()
             time.sleep(0.2)
         return None
 
-    monitor = ArrivalMonitor(broker.bootstrap, settings.events_topic)
+    def join_and_leave(i: int, n: int, at: float) -> None:
+        """Scale-out fault ``n``: an extra worker joins, applies, and leaves."""
+        extra = _worker_proc(
+            broker.bootstrap,
+            cfg,
+            workdir,
+            f"join-{n}",
+            f"chaos-x{n}",
+            web_ports[cfg.workers + n - 1],
+        )
+        joined.append(extra)
+        procs[extra.name] = extra
+        extra.start()
+        rec = worker_recovery(extra, extra.started_at)
+        if rec is None:
+            extra.diagnose()
+        how = "sigterm" if n % 2 else "sigkill"
+        result.kills.append(KillRecord(i, "join", round(at, 1), rec, f"{extra.name}+{how}"))
+        log(f"chaos: fault {i + 1} {extra.name} joined at {at:.0f}s, applying after {rec}")
+        pause(rng.uniform(*cfg.gap_s))
+        del procs[extra.name]
+        if extra.popen is not None:
+            killed_by_us.add(extra.popen.pid)
+        if how == "sigterm":
+            extra.stop()
+        else:
+            extra.kill()
+        log(f"chaos: {extra.name} left ({how})")
+
+    monitor = ArrivalMonitor(broker.bootstrap, settings.events_topic, cfg.partitions)
     load = Load(settings, cfg, random.Random(rng.getrandbits(64)))
     items = generate(rng.getrandbits(63), cfg.malformed, slots=cfg.sessions, exclude=cfg.exclude)
     result.malformed_by_class = dict(Counter(i.kind for i in items))
@@ -740,7 +913,8 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     injector = Injector(broker.bootstrap, settings, items, load)
     try:
         router.start()
-        worker.start()
+        for w in workers:
+            w.start()
         load.publisher.ensure_session_topics(abuse)
         for sid in abuse:
             load.publisher.announce(sid, settings.session_topic(sid), {"agent_id": None})
@@ -748,41 +922,60 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
         load.start()
         # spread the inputs over roughly the fault phase (a guess; leftovers go at the end)
         mean_gap = sum(cfg.gap_s) / 2
-        injector.duration_s = max(10.0, cfg.kills * (mean_gap + 8.0))
+        injector.duration_s = max(10.0, (cfg.kills + 2 * cfg.joins) * (mean_gap + 8.0))
         injector.start()
-        first = worker_recovery(time.monotonic(), 0)
-        log(f"chaos: worker applying events after {first}s; faults begin")
-        targets = [rng.choice(("router", "worker")) for _ in range(cfg.kills)]
-        if cfg.kills >= 2 and len(set(targets)) == 1:
-            targets[-1] = "worker" if targets[0] == "router" else "router"
-        broker_at = cfg.kills // 2 if cfg.broker_restart else -1
-        for i, target in enumerate(targets):
+        t0 = time.monotonic()
+        first = [worker_recovery(w, t0) for w in workers]
+        log(f"chaos: workers applying events after {first}s; faults begin")
+        plan = _fault_plan(cfg, rng)
+        t_faults = quiet["faults_from"] = time.monotonic()
+        broker_at = len(plan) // 2 if cfg.broker_restart else -1
+        joins = worker_kills = 0
+        for i, target in enumerate(plan):
             pause(rng.uniform(*cfg.gap_s))
             if i == broker_at:
+                quiet["broker"] = True
                 _restart_broker(broker, cfg, rng, result, monitor, sample_stats, log, pause)
-            proc = procs[target]
+                quiet["broker"] = False
+            at = time.monotonic() - t_begin
+            if target == "join":
+                joins += 1
+                join_and_leave(i, joins, at)
+                continue
+            if target == "router":
+                proc = router
+            else:
+                proc = workers[0] if len(workers) == 1 else rng.choice(workers)
+            wiped = target == "worker" and cfg.wipe_every > 0 and worker_kills % cfg.wipe_every == 0
+            worker_kills += target == "worker"
             if proc.popen is not None:
                 killed_by_us.add(proc.popen.pid)
-            at = time.monotonic() - t_begin
             proc.kill()
+            if wiped and proc.data_dir is not None:
+                shutil.rmtree(proc.data_dir, ignore_errors=True)
             pause(rng.uniform(0.0, 1.0))
             proc.start()
             since = proc.started_at
             if target == "router":
                 rec = monitor.first_after(since, cfg.recovery_timeout_s)
             else:
-                rec = worker_recovery(since, 0)
+                rec = worker_recovery(proc, since)
                 if rec is None:
                     proc.diagnose()  # (where the restarted worker waits, into its log)
-            result.kills.append(KillRecord(i, target, round(at, 1), rec))
-            log(f"chaos: kill {i + 1}/{cfg.kills} {target} at {at:.0f}s, recovery {rec}")
+            name = proc.name + ("+wiped" if wiped else "")
+            result.kills.append(KillRecord(i, target, round(at, 1), rec, name))
+            log(f"chaos: fault {i + 1}/{len(plan)} kill {name} at {at:.0f}s, recovery {rec}")
         load.stopping.set()
         while not (load.done.is_set() and injector.done.is_set()):
             pause(0.5)
+        result.longest_routing_gap = _longest_gap(
+            monitor.arrived_at, t_faults, time.monotonic(), result, cfg, t_begin
+        )
         log("chaos: load and inputs done; draining")
-        _drain(cfg, load, items, web_port, pause)
+        ports = [w.web_port for w in workers if w.web_port is not None]
+        _drain(cfg, load, items, ports, pause)
         result.duration_s = round(time.monotonic() - t_begin, 1)
-        _collect(result, cfg, settings, load, injector, items, web_port, procs, broker, log)
+        _collect(result, cfg, settings, load, injector, items, ports, procs, broker, log)
     finally:
         load.stopping.set()
         monitor.stop_event.set()
@@ -790,11 +983,37 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
             proc.stop()
         result.logs = {
             name: (f"{w}\n---- last lines ----\n" if (w := proc.warnings()) else "") + proc.tail(30)
-            for name, proc in procs.items()
+            for name, proc in {**procs, **{p.name: p for p in joined}}.items()
         }
         broker.stop()
         monitor.join(10)
     return result
+
+
+def _longest_gap(
+    arrived_at: list[float],
+    start: float,
+    end: float,
+    result: ChaosResult,
+    cfg: ChaosConfig,
+    t_begin: float,
+) -> tuple[float, float] | None:
+    """The longest stretch of ``[start, end]`` (the load under faults) in which no
+    routed event arrived, leaving out any stretch that overlaps the broker outage
+    until the router routed again after it: (seconds, run second it began)."""
+    times = [start, *sorted(t for t in arrived_at if start < t < end), end]
+    excluded = None
+    if result.broker_window is not None:
+        down, up = result.broker_window
+        back = result.router_recovery_after_broker_s
+        excluded = (down, up + (cfg.broker_recovery_timeout_s if back is None else back))
+    best: tuple[float, float] | None = None
+    for a, b in itertools.pairwise(times):
+        if excluded is not None and a < excluded[1] and b > excluded[0]:
+            continue
+        if best is None or b - a > best[0]:
+            best = (round(b - a, 1), round(a - t_begin, 1))
+    return best
 
 
 def _restart_broker(
@@ -817,6 +1036,7 @@ def _restart_broker(
     t_start = time.monotonic()
     broker.start()
     up = time.monotonic()
+    result.broker_window = (t_stop, up)
     result.broker_start_s = round(up - t_start, 1)
     result.broker_down_s = round(up - t_stop, 1)
     timeout_s = cfg.broker_recovery_timeout_s
@@ -836,11 +1056,14 @@ def _restart_broker(
     )
 
 
-def _state(web_port: int, sid: str) -> dict[str, Any] | None:
-    status, body = _http_json(f"http://127.0.0.1:{web_port}/sessions/{sid}/state")
-    if status == 200 and isinstance(body, dict):
-        state = body.get("state")
-        return state if isinstance(state, dict) else None
+def _state(web_ports: list[int], sid: str) -> dict[str, Any] | None:
+    """``sid``'s counters, from the first worker that answers 200 (each routes the
+    request to the partition's owner)."""
+    for port in web_ports:
+        status, body = _http_json(f"http://127.0.0.1:{port}/sessions/{sid}/state")
+        if status == 200 and isinstance(body, dict):
+            state = body.get("state")
+            return state if isinstance(state, dict) else None
     return None
 
 
@@ -855,7 +1078,7 @@ def _drain(
     cfg: ChaosConfig,
     load: Load,
     items: list[ChaosInput],
-    web_port: int,
+    web_ports: list[int],
     pause: Callable[[float], None],
 ) -> None:
     """Wait until every session's state is as expected, or nothing changed for 20 s,
@@ -867,7 +1090,7 @@ def _drain(
     while time.monotonic() < deadline:
         view: dict[str, tuple[int, int]] = {}
         for sid in expected:
-            st = _state(web_port, sid)
+            st = _state(web_ports, sid)
             if st is not None:
                 view[sid] = (int(st.get("events", 0)), int(st.get("last_seq", -1)))
         if all(view.get(s) == e for s, e in expected.items()):
@@ -879,14 +1102,18 @@ def _drain(
         pause(1.0)
 
 
-def _wait_flushed(web_port: int, timeout_s: float) -> float | None:
-    """Seconds until the worker's ``/stats`` says no changed session waits for its
+def _wait_flushed(web_ports: list[int], timeout_s: float) -> float | None:
+    """Seconds until every worker's ``/stats`` says no changed session waits for its
     flush, plus two commits for the last flush's writes (None: not within
     ``timeout_s``; compare-live then reports what the changelogs still lack)."""
     t0 = time.monotonic()
     while time.monotonic() - t0 < timeout_s:
-        status, body = _http_json(f"http://127.0.0.1:{web_port}/stats")
-        if status == 200 and isinstance(body, dict) and body.get("engines_waiting") == 0:
+        waiting = []
+        for port in web_ports:
+            status, body = _http_json(f"http://127.0.0.1:{port}/stats")
+            ok = status == 200 and isinstance(body, dict)
+            waiting.append(body.get("engines_waiting") if ok else None)
+        if all(w == 0 for w in waiting):
             time.sleep(2.0)
             return round(time.monotonic() - t0, 1)
         time.sleep(0.5)
@@ -900,7 +1127,7 @@ def _collect(
     load: Load,
     injector: Injector,
     items: list[ChaosInput],
-    web_port: int,
+    web_ports: list[int],
     procs: dict[str, Proc],
     broker: Any,
     log: Callable[[str], None],
@@ -920,7 +1147,7 @@ def _collect(
 
     # -- state: lost events, regressed sessions --------------------------------
     for sid, seqs in sorted(published.items()):
-        st = _state(web_port, sid)
+        st = _state(web_ports, sid)
         if st is None:
             result.sessions_unreadable.append(sid)
             result.events_lost += len(seqs)
@@ -932,15 +1159,16 @@ def _collect(
         if events < len(seqs) or last < max(seqs):
             result.sessions_regressed.append(f"{sid} ({events}/{len(seqs)}, last_seq {last})")
     for sid, (events, last) in sorted(expected_abuse_state(items).items()):
-        st = _state(web_port, sid)
+        st = _state(web_ports, sid)
         got = None if st is None else (int(st.get("events", 0)), int(st.get("last_seq", -1)))
         if got != (events, last):
             result.abuse_sessions_wrong.append(f"{sid}: expected {(events, last)}, got {got}")
 
     # -- redeliveries the worker reported --------------------------------------
-    status, body = _http_json(f"http://127.0.0.1:{web_port}/stats")
-    if status == 200 and isinstance(body, dict):
-        result.redeliveries_ignored = int(body.get("duplicates", 0))
+    for port in web_ports:
+        status, body = _http_json(f"http://127.0.0.1:{port}/stats")
+        if status == 200 and isinstance(body, dict):
+            result.redeliveries_ignored += int(body.get("duplicates", 0))
 
     # -- outputs: repeats a consumer can / cannot tell apart --------------------
     _outputs(result, settings)
@@ -1011,8 +1239,8 @@ def _collect(
     # The changelogs lag the worker's memory by up to about twice
     # --engine-flush-interval (docs/guarantees.md "Sessions wait for their flush"):
     # compare once no changed session waits any more, as a user would.
-    waited = _wait_flushed(web_port, cfg.flush_wait_s)
-    log(f"chaos: worker's waiting sessions flushed after {waited}s")
+    waited = _wait_flushed(web_ports, cfg.flush_wait_s)
+    log(f"chaos: workers' waiting sessions flushed after {waited}s")
     cmd = [
         sys.executable,
         "-m",
@@ -1108,8 +1336,11 @@ def format_figures(r: ChaosResult) -> str:
         f"chaos run: seed {cfg.seed}, {cfg.kills} kills, {cfg.sessions} concurrent sessions x "
         f"{cfg.events_per_session} events, {cfg.rate:.0f} events/s, {cfg.malformed} malformed "
         f"inputs, --max-sessions-in-memory {cfg.max_sessions_in_memory}, "
-        f"broker restart {'yes' if cfg.broker_restart else 'no'}, router {cfg.guarantee}; "
-        f"took {r.duration_s:.0f}s",
+        f"broker restart {'yes' if cfg.broker_restart else 'no'}, router {cfg.guarantee}, "
+        f"{cfg.workers} worker{'s' if cfg.workers != 1 else ''}"
+        + (f", {cfg.joins} joins" if cfg.joins else "")
+        + (f", every {cfg.wipe_every}. worker kill wiped" if cfg.wipe_every else "")
+        + f"; took {r.duration_s:.0f}s",
         "",
         f"{'valid events published':<44} {r.valid_published} in {r.sessions} sessions",
         f"{'publish/inject errors':<44} {len(r.publish_failures)}",
@@ -1118,19 +1349,32 @@ def format_figures(r: ChaosResult) -> str:
         f"{'sessions whose state could not be read':<44} {len(r.sessions_unreadable)}",
         f"{'seq gaps recorded by the worker':<44} {r.seq_gaps}",
         f"{'events applied twice':<44} 0 possible (per-seq counters); "
-        f"{r.redeliveries_ignored} redeliveries ignored (last worker's /stats)",
+        f"{r.redeliveries_ignored} redeliveries ignored (last workers' /stats)",
         f"{'outputs repeated, identical (allowed)':<44} {r.output_identical_repeats}",
         f"{'outputs repeated, content differs':<44} {r.output_conflicting_duplicates}",
-        f"{'SIGKILLs':<44} {len(r.kills)} (router {kills_by['router']}, "
-        f"worker {kills_by['worker']})",
+        f"{'SIGKILLs':<44} {kills_by['router'] + kills_by['worker']} (router "
+        f"{kills_by['router']}, worker {kills_by['worker']}"
+        + (
+            f", of which {sum(1 for k in r.kills if k.proc.endswith('+wiped'))} wiped"
+            if cfg.wipe_every
+            else ""
+        )
+        + ")",
         f"{'router recovery after SIGKILL':<44} {rec_line('router')}",
         f"{'worker recovery after SIGKILL':<44} {rec_line('worker')}",
+        *([f"{'scale-out joins, applying after':<44} {rec_line('join')}"] if cfg.joins else []),
         f"{'recovery, all kills':<44} "
         + (f"max {got[-1]:.1f}s" if got else "n/a")
         + f", {sum(1 for x in recs if x is None)} not recovered",
         f"{'broker down / router, worker recovery':<44} {r.broker_down_s}s "
         f"(stop {r.broker_stop_s}s, start {r.broker_start_s}s) / "
         f"{_secs(r.router_recovery_after_broker_s)}, {_secs(r.worker_recovery_after_broker_s)}",
+        f"{'longest routing gap (broker outage aside)':<44} "
+        + (
+            f"{r.longest_routing_gap[0]:.1f}s from run second {r.longest_routing_gap[1]:.0f}"
+            if r.longest_routing_gap
+            else "n/a"
+        ),
         f"{'unexpected process exits':<44} {len(r.unexpected_exits)}",
         f"{'processes up at the end':<44} "
         + ", ".join(f"{k} {'up' if v else 'DOWN'}" for k, v in r.processes_up_at_end.items()),
@@ -1150,7 +1394,7 @@ def format_figures(r: ChaosResult) -> str:
         lines.append(
             "kills: "
             + "; ".join(
-                f"#{k.index + 1} {k.target} @{k.at_s:.0f}s -> "
+                f"#{k.index + 1} {k.proc or k.target} @{k.at_s:.0f}s -> "
                 + (f"{k.recovery_s:.1f}s" if k.recovery_s is not None else "none")
                 for k in r.kills
             )
@@ -1172,6 +1416,16 @@ def format_figures(r: ChaosResult) -> str:
     return "\n".join(lines)
 
 
+def run_and_record(cfg: ChaosConfig, workdir: Path) -> ChaosResult:
+    """A run for the pytest modules: its log lines and figures printed (``-s``), the
+    figures also written to ``chaos-figures.txt`` in ``workdir``."""
+    result = run_chaos(cfg, workdir, log=lambda s: print(s, flush=True))
+    figures = format_figures(result)
+    (workdir / "chaos-figures.txt").write_text(figures + "\n")
+    print("\n" + figures)
+    return result
+
+
 def compare_live_differences(output: str) -> int | None:
     """The difference count ``--compare-live`` printed, if a line states one (defensive:
     the format is being extended; None when no such number is found)."""
@@ -1186,5 +1440,6 @@ __all__ = [
     "KillRecord",
     "compare_live_differences",
     "format_figures",
+    "run_and_record",
     "run_chaos",
 ]

@@ -72,6 +72,17 @@ def every_kill_recovered(r: ChaosResult) -> str | None:
     )
 
 
+def routing_never_stalled(r: ChaosResult) -> str | None:
+    """Every kill's recovery is bounded, and so is every stretch without a routed event
+    while the load ran (the broker outage aside): a router that lives but routes
+    nothing is a failure too (2026-12-07: 57 s after it replaced its consumer)."""
+    gap = r.longest_routing_gap
+    limit = r.config.recovery_timeout_s
+    if gap is None or gap[0] <= limit:
+        return None
+    return f"no routed event for {gap[0]:.0f}s from run second {gap[1]:.0f} (bound {limit:.0f}s)"
+
+
 def compare_live_clean(r: ChaosResult) -> str | None:
     if r.compare_live_rc == 0:
         return None
@@ -91,6 +102,7 @@ OUTCOMES: dict[str, Check] = {
     "abuse_sessions_as_expected": abuse_sessions_as_expected,
     "processes_stay_up": processes_stay_up,
     "every_kill_recovered": every_kill_recovered,
+    "routing_never_stalled": routing_never_stalled,
     "compare_live_clean": compare_live_clean,
 }
 

@@ -10,10 +10,8 @@ written to ``chaos-figures.txt`` in the run's temp dir.  The full size is
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
-from chaos_driver import ChaosConfig, ChaosResult, format_figures, run_chaos
+from chaos_driver import ChaosConfig, ChaosResult, format_figures, run_and_record
 from chaos_outcomes import OUTCOMES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -23,12 +21,7 @@ CI_SIZE = ChaosConfig(kills=3, sessions=6, rate=120.0, malformed=500, seed=15)
 
 @pytest.fixture(scope="module")
 def chaos_run(tmp_path_factory: pytest.TempPathFactory) -> ChaosResult:
-    workdir: Path = tmp_path_factory.mktemp("chaos")
-    result = run_chaos(CI_SIZE, workdir, log=lambda s: print(s, flush=True))
-    figures = format_figures(result)
-    (workdir / "chaos-figures.txt").write_text(figures + "\n")
-    print("\n" + figures)
-    return result
+    return run_and_record(CI_SIZE, tmp_path_factory.mktemp("chaos"))
 
 
 @pytest.mark.parametrize("outcome", list(OUTCOMES))

@@ -58,6 +58,11 @@ def main(argv: list[str] | None = None) -> int:
         "(default 0: never)",
     )
     parser.add_argument(
+        "--router-share",
+        type=float,
+        help="share of the kills that hit the router (default 0.5; --fleet 0.34)",
+    )
+    parser.add_argument(
         "--joins", type=int, help="extra workers that join and leave again (default 0)"
     )
     parser.add_argument("--kills", type=int, help="SIGKILLs of router/worker (default 3)")
@@ -98,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             "wipe_every": args.wipe_every,
             "joins": args.joins,
             "partitions": args.partitions,
+            "router_share": args.router_share,
         }.items()
         if v is not None
     }

@@ -208,7 +208,10 @@ class ChaosResult:
     abuse_sessions_wrong: list[str] = field(default_factory=list)
     compare_live_rc: int | None = None
     compare_live_output: str = ""
+    #: per process: its last WARNING-or-worse lines and its last lines
     logs: dict[str, str] = field(default_factory=dict)
+    #: where the run's logs and data stay
+    workdir: str = ""
 
     @property
     def dlq_share(self) -> float:
@@ -769,7 +772,7 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     from streams.topics import ensure_worker_topics
 
     rng = random.Random(cfg.seed)
-    result = ChaosResult(config=cfg)
+    result = ChaosResult(config=cfg, workdir=str(workdir))
     workdir.mkdir(parents=True, exist_ok=True)
     ensure_jars()
     # `worker --worker-id X --data-dir NEW` fails with FileNotFoundError today (issue
@@ -1416,6 +1419,15 @@ def format_figures(r: ChaosResult) -> str:
     return "\n".join(lines)
 
 
+def failure_report(r: ChaosResult) -> str:
+    """The figures, then each process's last warnings and lines, and where the full
+    logs are: what a failed outcome's message carries."""
+    parts = [format_figures(r), "", f"logs and data: {r.workdir}"]
+    for name, text in r.logs.items():
+        parts += ["", f"---- {name} ----", text]
+    return "\n".join(parts)
+
+
 def run_and_record(cfg: ChaosConfig, workdir: Path) -> ChaosResult:
     """A run for the pytest modules: its log lines and figures printed (``-s``), the
     figures also written to ``chaos-figures.txt`` in ``workdir``."""
@@ -1439,6 +1451,7 @@ __all__ = [
     "ChaosResult",
     "KillRecord",
     "compare_live_differences",
+    "failure_report",
     "format_figures",
     "run_and_record",
     "run_chaos",

@@ -11,7 +11,7 @@ written to ``chaos-figures.txt`` in the run's temp dir.  The full size is
 from __future__ import annotations
 
 import pytest
-from chaos_driver import ChaosConfig, ChaosResult, format_figures, run_and_record
+from chaos_driver import ChaosConfig, ChaosResult, failure_report, run_and_record
 from chaos_outcomes import OUTCOMES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -27,4 +27,4 @@ def chaos_run(tmp_path_factory: pytest.TempPathFactory) -> ChaosResult:
 @pytest.mark.parametrize("outcome", list(OUTCOMES))
 def test_chaos_outcome(chaos_run: ChaosResult, outcome: str) -> None:
     message = OUTCOMES[outcome](chaos_run)
-    assert message is None, f"{outcome}: {message}\n\n{format_figures(chaos_run)}"
+    assert message is None, f"{outcome}: {message}\n\n{failure_report(chaos_run)}"

@@ -13,7 +13,7 @@ tests/bench/bench_chaos.py --fleet``.
 from __future__ import annotations
 
 import pytest
-from chaos_driver import ChaosConfig, ChaosResult, format_figures, run_and_record
+from chaos_driver import ChaosConfig, ChaosResult, failure_report, run_and_record
 from chaos_outcomes import OUTCOMES
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(1200)]
@@ -37,4 +37,4 @@ def test_the_run_moved_partitions_as_planned(fleet_run: ChaosResult) -> None:
 @pytest.mark.parametrize("outcome", list(OUTCOMES))
 def test_fleet_chaos_outcome(fleet_run: ChaosResult, outcome: str) -> None:
     message = OUTCOMES[outcome](fleet_run)
-    assert message is None, f"{outcome}: {message}\n\n{format_figures(fleet_run)}"
+    assert message is None, f"{outcome}: {message}\n\n{failure_report(fleet_run)}"

@@ -1342,7 +1342,7 @@ def format_figures(r: ChaosResult) -> str:
         f"broker restart {'yes' if cfg.broker_restart else 'no'}, router {cfg.guarantee}, "
         f"{cfg.workers} worker{'s' if cfg.workers != 1 else ''}"
         + (f", {cfg.joins} joins" if cfg.joins else "")
-        + (f", every {cfg.wipe_every}. worker kill wiped" if cfg.wipe_every else "")
+        + (f", worker kills 1, {1 + cfg.wipe_every}, ... restarted wiped" if cfg.wipe_every else "")
         + f"; took {r.duration_s:.0f}s",
         "",
         f"{'valid events published':<44} {r.valid_published} in {r.sessions} sessions",

@@ -1,0 +1,45 @@
+"""The chaos suite's own judgement, without a broker: the routing-gap figure and
+the outcome that fails a router which lives but routes nothing."""
+
+from __future__ import annotations
+
+from chaos_driver import ChaosConfig, ChaosResult, _longest_gap, failure_report
+from chaos_outcomes import routing_never_stalled
+
+
+def _result(**changes: object) -> ChaosResult:
+    r = ChaosResult(config=ChaosConfig())
+    for k, v in changes.items():
+        setattr(r, k, v)
+    return r
+
+
+def test_the_longest_gap_is_measured_between_arrivals_and_to_the_end_of_the_load() -> None:
+    r = _result()
+    # run began at 100; faults from 110; arrivals every second but 57 s of silence
+    arrivals = [110.5 + i for i in range(10)] + [176.5, 177.5]
+    assert _longest_gap(arrivals, 110.0, 180.0, r, r.config, 100.0) == (57.0, 19.5)
+    # nothing arrived after 177.5 and the load ran until 240: that is the gap
+    assert _longest_gap(arrivals, 110.0, 240.0, r, r.config, 100.0) == (62.5, 77.5)
+
+
+def test_the_broker_outage_and_the_routers_recovery_after_it_are_left_out() -> None:
+    r = _result(broker_window=(125.0, 136.0), router_recovery_after_broker_s=30.0)
+    arrivals = [110.5 + i for i in range(10)] + [176.5, 177.5]
+    # the 57 s gap overlaps [125, 166]: left out; the rest are 1 s apart
+    assert _longest_gap(arrivals, 110.0, 178.0, r, r.config, 100.0) == (1.0, 10.5)
+
+
+def test_a_router_that_routes_nothing_for_longer_than_a_recovery_fails_the_run() -> None:
+    limit = ChaosConfig().recovery_timeout_s
+    assert routing_never_stalled(_result(longest_routing_gap=(4.8, 91.0))) is None
+    assert routing_never_stalled(_result(longest_routing_gap=(limit, 91.0))) is None
+    message = routing_never_stalled(_result(longest_routing_gap=(57.0, 123.0)))
+    assert message is not None and "57s from run second 123" in message
+
+
+def test_a_failure_report_names_the_workdir_and_carries_each_processs_log_lines() -> None:
+    r = _result(workdir="/tmp/chaos-x", logs={"router": "ERROR replacing the consumer"})
+    report = failure_report(r)
+    assert "logs and data: /tmp/chaos-x" in report
+    assert "---- router ----\nERROR replacing the consumer" in report

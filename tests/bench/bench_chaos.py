@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         "third of those restarted with an empty data dir, 4 extra workers joining and leaving",
     )
     parser.add_argument("--workers", type=int, help="worker processes (default 1)")
+    parser.add_argument(
+        "--routers", type=int, help="router processes, each its own --transactional-id (default 1)"
+    )
     parser.add_argument("--partitions", type=int, help="partitions of <prefix>.events (default 3)")
     parser.add_argument(
         "--wipe-every",
@@ -100,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "guarantee": args.guarantee,
             "workers": args.workers,
+            "routers": args.routers,
             "wipe_every": args.wipe_every,
             "joins": args.joins,
             "partitions": args.partitions,

@@ -118,6 +118,9 @@ class ChaosConfig:
     #: partitions of ``<prefix>.events``: more than ``workers`` for a joining worker
     #: to get any
     partitions: int = PARTITIONS
+    #: router processes (``--transactional-id chaos.router.N``: each its own static
+    #: member of the router group); a router kill picks one of them
+    routers: int = 1
     #: more arguments for the router (diagnosis, e.g. ``("--client-debug", "cgrp")``)
     router_args: tuple[str, ...] = ()
 
@@ -788,11 +791,18 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     ensure_worker_topics(settings)
     log(f"chaos: broker at {broker.bootstrap}, workdir {workdir}")
 
-    router = Proc(
-        "router",
-        [*router_command(broker.bootstrap, cfg.guarantee, cfg.partitions), *cfg.router_args],
-        workdir / "router.log",
-    )
+    routers = [
+        Proc(
+            "router" if cfg.routers == 1 else f"router-{n}",
+            [
+                *router_command(broker.bootstrap, cfg.guarantee, cfg.partitions),
+                *(["--transactional-id", f"{PREFIX}.router.{n}"] if cfg.routers > 1 else []),
+                *cfg.router_args,
+            ],
+            workdir / ("router.log" if cfg.routers == 1 else f"router-{n}.log"),
+        )
+        for n in range(1, cfg.routers + 1)
+    ]
     workers = [
         _worker_proc(
             broker.bootstrap,
@@ -804,7 +814,7 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
         )
         for n in range(1, cfg.workers + 1)
     ]
-    procs: dict[str, Proc] = {"router": router, **{w.name: w for w in workers}}
+    procs: dict[str, Proc] = {**{r.name: r for r in routers}, **{w.name: w for w in workers}}
     joined: list[Proc] = []  # extra workers of the scale-out faults (their logs)
     # per worker process lifetime: the last /stats "duplicates" seen
     dup_seen: dict[int, int] = {}
@@ -848,14 +858,17 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     diagnosed: set[int] = set()
 
     def watch_routing() -> None:
-        if quiet["broker"] or load.stopping.is_set() or not router.alive():
+        if quiet["broker"] or load.stopping.is_set():
             return
-        assert router.popen is not None
-        since = max(monitor.last_arrival, router.started_at, quiet["faults_from"])
-        if time.monotonic() - since > ROUTING_STALL_S and router.popen.pid not in diagnosed:
-            diagnosed.add(router.popen.pid)
-            log(f"chaos: no routed event for {ROUTING_STALL_S:.0f}s: diagnosing the router")
-            router.diagnose()
+        for router in routers:
+            if not router.alive():
+                continue
+            assert router.popen is not None
+            since = max(monitor.last_arrival, router.started_at, quiet["faults_from"])
+            if time.monotonic() - since > ROUTING_STALL_S and router.popen.pid not in diagnosed:
+                diagnosed.add(router.popen.pid)
+                log(f"chaos: no routed event for {ROUTING_STALL_S:.0f}s: diagnosing {router.name}")
+                router.diagnose()
 
     def pause(seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -915,7 +928,8 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
     abuse = sorted({i.session for i in items if i.session is not None})
     injector = Injector(broker.bootstrap, settings, items, load)
     try:
-        router.start()
+        for router in routers:
+            router.start()
         for w in workers:
             w.start()
         load.publisher.ensure_session_topics(abuse)
@@ -946,7 +960,7 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
                 join_and_leave(i, joins, at)
                 continue
             if target == "router":
-                proc = router
+                proc = routers[0] if len(routers) == 1 else rng.choice(routers)
             else:
                 proc = workers[0] if len(workers) == 1 else rng.choice(workers)
             wiped = target == "worker" and cfg.wipe_every > 0 and worker_kills % cfg.wipe_every == 0
@@ -1339,8 +1353,9 @@ def format_figures(r: ChaosResult) -> str:
         f"chaos run: seed {cfg.seed}, {cfg.kills} kills, {cfg.sessions} concurrent sessions x "
         f"{cfg.events_per_session} events, {cfg.rate:.0f} events/s, {cfg.malformed} malformed "
         f"inputs, --max-sessions-in-memory {cfg.max_sessions_in_memory}, "
-        f"broker restart {'yes' if cfg.broker_restart else 'no'}, router {cfg.guarantee}, "
-        f"{cfg.workers} worker{'s' if cfg.workers != 1 else ''}"
+        f"broker restart {'yes' if cfg.broker_restart else 'no'}, router {cfg.guarantee}"
+        + (f", {cfg.routers} routers" if cfg.routers != 1 else "")
+        + f", {cfg.workers} worker{'s' if cfg.workers != 1 else ''}"
         + (f", {cfg.joins} joins" if cfg.joins else "")
         + (f", worker kills 1, {1 + cfg.wipe_every}, ... restarted wiped" if cfg.wipe_every else "")
         + f"; took {r.duration_s:.0f}s",

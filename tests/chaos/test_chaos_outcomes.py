@@ -43,3 +43,13 @@ def test_a_failure_report_names_the_workdir_and_carries_each_processs_log_lines(
     report = failure_report(r)
     assert "logs and data: /tmp/chaos-x" in report
     assert "---- router ----\nERROR replacing the consumer" in report
+
+
+def test_the_figures_header_names_the_routers_workers_and_joins_once_each() -> None:
+    from chaos_driver import format_figures
+
+    one = format_figures(_result()).splitlines()[0]
+    fleet = format_figures(ChaosResult(config=ChaosConfig.fleet(routers=2))).splitlines()[0]
+    assert ", ," not in one and ", ," not in fleet
+    assert "router exactly-once, 1 worker;" in one
+    assert "router exactly-once, 2 routers, 2 workers, 4 joins" in fleet

@@ -538,7 +538,6 @@ def plan_stall(
     return StallPlan(behind, frozenset(behind) & previous)
 
 
-
 def _seek(consumer: Consumer, tp: TopicPartition) -> None:
     """``consumer.seek(tp)``, again while librdkafka answers ``_OUTDATED`` (a racing
     op of its own refused the seek unapplied: :data:`SEEK_ATTEMPTS`).  Any other
@@ -561,6 +560,7 @@ def _seek(consumer: Consumer, tp: TopicPartition) -> None:
                 attempt,
                 SEEK_ATTEMPTS,
             )
+
 
 class Router:
     """Consume-validate-forward loop, exactly-once or at-least-once (module docstring).

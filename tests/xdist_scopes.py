@@ -38,11 +38,20 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 #: Module path prefix -> scope name: these modules use the same session-scoped fixture
-#: (``secure_kafka``: one secured broker, ~20 s to start) and must share an xdist worker.
+#: (``secure_kafka``: one secured broker, ~20 s to start) and must share an xdist worker,
+#: or must not run side by side (the chaos runs).
 SHARED_SCOPES: dict[str, str] = {
     "tests/integration/test_secure_cluster.py": "secure-broker",
     "tests/integration/test_secure_replay_jobs.py": "secure-broker",
     "tests/integration/test_secure_compose_init.py": "secure-broker",
+    # not a shared fixture: the two chaos runs (each its own broker, router and
+    # workers under a steady load, ~2-3 min) must not overlap on a 2-core machine.
+    # Side by side in a fresh-clone CI run (2026-12-07) the one-worker run's router
+    # routed nothing for 2+ minutes after the broker restart (a transaction aborted
+    # with ILLEGAL_GENERATION every ~3 s, one per new session topic's rejoin: the
+    # starvation case of docs/chaos.md "Open (found 2026-11-24)").
+    "tests/chaos/test_chaos_faults.py": "chaos-runs",
+    "tests/chaos/test_chaos_fleet.py": "chaos-runs",
 }
 
 #: Modules kept as ONE unit although their fixtures are per test: their tests must not

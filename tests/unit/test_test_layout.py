@@ -133,7 +133,10 @@ def test_xdist_units_keep_a_sharing_module_together_and_share_the_secured_broker
     from xdist_scopes import HEAVY, heavy_rank, is_heavy, scope_of
 
     chaos = "tests/chaos/test_chaos_faults.py"  # the module-scoped chaos run
-    assert {scope_of(f"{chaos}::test_chaos_outcome[{o}]") for o in ("a", "b")} == {chaos}
+    fleet = "tests/chaos/test_chaos_fleet.py"  # the other: one unit with it, in turn
+    assert {scope_of(f"{chaos}::test_chaos_outcome[{o}]") for o in ("a", "b")} | {
+        scope_of(f"{fleet}::test_fleet_chaos_outcome[c]")
+    } == {"chaos-runs"}
     clients = "tests/integration/test_broker_clients.py"  # its own module broker
     assert scope_of(f"{clients}::test_a") == scope_of(f"{clients}::test_b") == clients
     restart = "tests/integration/test_router_broker_restart.py"  # SERIAL_MODULES

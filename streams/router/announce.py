@@ -66,7 +66,8 @@ def parse_announcement(key: bytes | None, value: bytes | None, prefix: str) -> s
 class PendingTopics:
     """Announced topics not yet assigned, with a bounded retry schedule.
 
-    Invariant: a topic leaves the set when it is assigned (:meth:`assigned`) or after
+    Invariant: a topic leaves the set when it is assigned, or seen in a full
+    metadata response (:meth:`assigned`: librdkafka has matched it then), or after
     ``max_tries`` refreshes; the regex subscription remains the fallback.
     """
 

@@ -103,7 +103,9 @@ class RouterConfig:
     linger_ms: int | None = None
     #: Regex re-evaluation period: librdkafka matches the subscription regex on
     #: every full metadata refresh, so this bounds pickup when announcements are lost
-    #: (an announcement requests the metadata at once).  3000, not 1000: with 1,000
+    #: (an announcement requests the metadata at once).  The router makes this
+    #: request itself, with its discovery check; librdkafka's own periodic refresh
+    #: is only a 60 s backstop.  3000, not 1000: with 1,000
     #: session topics each refresh (every topic's metadata, the regex over all of
     #: them) cost the router ~25 us of CPU per event at 1,000 events/s, 14 % of it
     #: (docs/kafka-notes.md "Measured defaults"); pickup without an announcement

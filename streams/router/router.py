@@ -56,7 +56,11 @@ the consumer at once.  A consumer that holds partitions with records to route bu
 consumes nothing (after a broker restart its committed-offset lookup never came
 back) is replaced too, after two idle ``STALL_CHECK_S`` checks: :func:`plan_stall`.
 Announcements are only
-a latency hint, so missing them for a few seconds loses nothing.  Partitions are
+a latency hint, so missing them for a few seconds loses nothing.  The router makes
+the full metadata requests itself (every ``metadata_refresh_ms`` with the discovery
+check, and at once for an announcement, which leaves the pending ones when a
+response has it); librdkafka's own periodic refresh is only a backstop
+(:data:`BACKSTOP_REFRESH_MS`).  Partitions are
 assigned with ``cooperative-sticky``, so a new topic adds partitions without
 revoking (and interrupting the transaction on) the others.
 
@@ -250,6 +254,11 @@ CUT_OFF_CHECKS = 3
 #: checks in a row before the router forces a rebalance, so the normal regex
 #: pickup (~1 s + a rebalance) is never disturbed.
 DISCOVERY_CHECK_S = 3.0
+#: librdkafka's own periodic full metadata refresh, a backstop only: the router
+#: makes the refresh itself every ``RouterConfig.metadata_refresh_ms``, as part of
+#: its discovery check (:meth:`Router._refresh_metadata`).  Before, both ran every
+#: 3 s: two full metadata requests (every topic, the regex over each) where one does.
+BACKSTOP_REFRESH_MS = 60_000
 
 
 #: Group errors a transaction's offsets can be refused with: the abort's log line
@@ -712,6 +721,9 @@ class Router:
         self.resumed_total = 0
         self._control_dropped = False
         self._next_discovery = 0.0
+        #: When the router's own metadata refresh is due (_refresh_metadata); the
+        #: group join makes its own request first.
+        self._next_refresh = time.monotonic() + self.config.metadata_refresh_ms / 1000.0
         #: monotonic time of the last consumed record (or of the consumer's start)
         self._last_consumed_at = time.monotonic()
         self._next_stall_check = 0.0
@@ -764,7 +776,8 @@ class Router:
             "enable.auto.offset.store": False,
             "auto.offset.reset": "earliest",
             "partition.assignment.strategy": "cooperative-sticky",
-            "topic.metadata.refresh.interval.ms": cfg.metadata_refresh_ms,
+            # the router refreshes every metadata_refresh_ms itself (_refresh_metadata)
+            "topic.metadata.refresh.interval.ms": max(BACKSTOP_REFRESH_MS, cfg.metadata_refresh_ms),
             "fetch.wait.max.ms": cfg.fetch_wait_max_ms,
             "fetch.min.bytes": cfg.fetch_min_bytes,
             "fetch.message.max.bytes": self._max_bytes + _TOPIC_MARGIN,
@@ -916,6 +929,28 @@ class Router:
         self._group_state = desc.state
         return owners
 
+    def _refresh_metadata(self, consumer: Consumer, timeout: float) -> Any:
+        """Full cluster metadata through the consumer: librdkafka re-matches the
+        subscription regex on every full metadata response, this one included.
+
+        The router makes these requests itself (every ``metadata_refresh_ms``, with
+        its discovery check, and at once for an announcement); librdkafka's own
+        periodic refresh is only a backstop (:data:`BACKSTOP_REFRESH_MS`).  An
+        announced topic the response has leaves the pending ones: librdkafka has
+        matched it, and the rejoin that places it follows.  Raises
+        ``KafkaException`` when the request fails.
+        """
+        md = consumer.list_topics(timeout=timeout)
+        self._next_refresh = time.monotonic() + self.config.metadata_refresh_ms / 1000.0
+        if self._pending:
+            # (with several routers, one placed elsewhere was never "assigned" here,
+            # and the router refreshed, committing first, every 100 ms for 2 s per
+            # new session topic: docs/chaos.md "Rejoins under session churn")
+            self._pending.assigned(
+                {name for name, meta in md.topics.items() if meta.error is None and meta.partitions}
+            )
+        return md
+
     def _check_discovery(self, consumer: Consumer) -> None:
         """Force a rebalance, or replace the consumer, when a session topic stays
         without a live owner (module docstring; the decision: :func:`plan_discovery`).
@@ -931,7 +966,7 @@ class Router:
         self._last_discovery = now
         self._next_discovery = now + DISCOVERY_CHECK_S
         try:
-            md = consumer.list_topics(timeout=2.0)
+            md = self._refresh_metadata(consumer, 2.0)
         except KafkaException as exc:
             # Counted only while the admin client (its own connections) reaches the
             # cluster: right after a broker restart the consumer may simply reconnect
@@ -1589,18 +1624,24 @@ class Router:
             # at-least-once: offsets held back while another commit was in flight,
             # or refused, and no batch since to carry them
             self._commit_offsets(periodic=True)
-        if self._pending and self._pending.refresh_due(time.monotonic() * 1000.0):
+        now = time.monotonic()
+        discovery_due = self.first_assigned_at is not None and now >= self._next_discovery
+        announced = bool(self._pending) and self._pending.refresh_due(now * 1000.0)
+        if announced and self._uncommitted_batch:
             # Commit the open batch first: the refresh triggers a rejoin, and
             # offsets sent during it fail with ILLEGAL_GENERATION (exactly-once:
             # abort + re-read; at-least-once: a refused commit).
-            if self._uncommitted_batch:
-                self._commit()
-            # A full metadata request makes librdkafka re-match the regex now.
+            self._commit()
+        if not discovery_due and (announced or now >= self._next_refresh):
+            # A full metadata request makes librdkafka re-match the regex now (an
+            # announced topic: at once; else every metadata_refresh_ms; the
+            # discovery check's own request is the refresh when that is due).
             try:
-                consumer.list_topics(timeout=CALL_TIMEOUT_S)
+                self._refresh_metadata(consumer, CALL_TIMEOUT_S)
             except KafkaException as exc:  # broker unreachable: retried when due
-                log.debug("metadata refresh for announced topics failed: %s", exc)
-        if self.first_assigned_at is not None and time.monotonic() >= self._next_discovery:
+                self._next_refresh = now + self.config.metadata_refresh_ms / 1000.0
+                log.debug("metadata refresh failed: %s", exc)
+        if discovery_due:
             self._check_discovery(consumer)
         if self._paused and time.monotonic() >= self._next_paused_check:
             self._check_paused(consumer)

@@ -22,10 +22,15 @@ named router set-up, side by side in one run: ``default``, ``fetch-25ms`` (fetch
 min bytes 64 KiB, wait 25 ms), ``fetch-5ms``, ``shard2`` (two router processes in
 one group: each fetch lists half of the topics), ``no-pause`` (ended sessions'
 topics never paused).  ``--active N`` keeps only N sessions publishing and ends
-the others right after their start (their topics stay: gc has not run).  For
+the others right after their start (their topics stay: gc has not run).
+``--churn R`` starts R new sessions per second while publishing (a topic, an
+announcement and a start each), each ending the oldest live one: a fleet whose
+sessions come and go, where every new topic makes the router group rejoin.  For
 each run it prints broker + router CPU cores, the same per 1,000 events/s, and
 publish -> routed latency p50/p99 (the SDK's record timestamp to this process
-reading ``<prefix>.events`` read_committed, after the warm-up).
+reading ``<prefix>.events`` read_committed, after the warm-up), and each router's
+totals at its stop (transactions and aborts, or offset commits), and the
+aborts for an old group generation (``ILLEGAL_GENERATION``) in its log.
 
 Example::
 
@@ -34,12 +39,13 @@ Example::
         --router-args='--fetch-min-bytes 65536 --fetch-wait-ms 25'
     python tests/bench/bench_routing_cost.py --stage router --option default \\
         --option shard2 --option fetch-25ms --active 1000
+    python tests/bench/bench_routing_cost.py --stage router --sessions 200 --rate 500 \\
+        --churn 2 --guarantee exactly-once --option default --option shard2
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import shlex
 import statistics
@@ -153,6 +159,20 @@ class RoutedProbe:
         return statistics.median(xs), xs[min(len(xs) - 1, int(len(xs) * 0.99))], len(xs)
 
 
+def router_totals(log: Path) -> str:
+    """The router log's own totals (its ``stopped:`` line) and its aborts for an old
+    group generation (the cost of rejoins under session churn)."""
+    text = log.read_text(errors="replace")
+    stopped = [line for line in text.splitlines() if "stopped: routed" in line]
+    refused = sum(
+        1
+        for line in text.splitlines()
+        if "aborting transaction" in line and "ILLEGAL_GENERATION" in line
+    )
+    total = stopped[-1].split("stopped: ", 1)[1] if stopped else "no stopped: line"
+    return f"{total}; {refused} abort(s) for an old generation"
+
+
 def run_stage(
     stage: str, bootstrap: str, args: argparse.Namespace, option: str = "default"
 ) -> tuple[dict[str, float], tuple[float, float, int]]:
@@ -210,10 +230,11 @@ def run_stage(
                 wait_assigned(bootstrap, f"{prefix}.router", args.sessions)
                 probe = RoutedProbe(settings)
             time.sleep(8 if procs else 0)  # the worker's join; the backlog of starts
-            order = itertools.cycle(agents)
             pids = {"broker": bpid, **{k: p.pid for k, p in procs.items()}}
             t0 = time.monotonic()
             n = 0
+            turn = 0
+            churned = 0
             before: dict[str, float] | None = None
             measured_from = t0
             while (now := time.monotonic()) - t0 < args.duration:
@@ -222,9 +243,21 @@ def run_stage(
                     measured_from = now
                     if probe is not None:
                         probe.measuring = True
+                if args.churn and churned < int((now - t0) * args.churn):
+                    # session churn: a new session (its topic, its start) takes the
+                    # place of the oldest one, which ends
+                    sid = f"c{churned}"
+                    churned += 1
+                    pub.ensure_session_topics([sid])
+                    fresh = pub.session(sid, flush_on_exit=False)
+                    fresh.start()
+                    old = agents.pop(0)
+                    old.session.end()
+                    agents.append(Agent(fresh, KINDS[churned % len(KINDS)], f"{args.seed}:{sid}"))
                 due = int((now - t0) * args.rate)
                 while n < due:
-                    next(order).step()
+                    agents[turn % len(agents)].step()
+                    turn += 1
                     n += 1
                 time.sleep(0.001)
             assert before is not None, "--warmup must be shorter than --duration"
@@ -240,6 +273,10 @@ def run_stage(
             probe = None
         else:
             latency = (float("nan"), float("nan"), 0)
+        for name, proc in procs.items():
+            if name.startswith("router"):
+                stop(proc)
+                print(f"  {name}: {router_totals(work / f'{name}.log')}", flush=True)
         return cores, latency
     finally:
         if probe is not None:
@@ -272,6 +309,13 @@ def main() -> int:
         "(default: all)",
     )
     ap.add_argument(
+        "--churn",
+        type=float,
+        default=0.0,
+        help="new sessions per second while publishing, each taking the place of the "
+        "oldest, which ends (a fleet whose sessions come and go; default 0)",
+    )
+    ap.add_argument(
         "--guarantee",
         default="at-least-once",
         choices=("at-least-once", "exactly-once"),
@@ -291,11 +335,12 @@ def main() -> int:
                     else ""
                 )
                 cpu = ", ".join(f"{k} {v:.2f}" for k, v in cores.items())
+                churn = f", {args.churn:g} new sessions/s" if args.churn else ""
                 routers = sum(v for k, v in cores.items() if k.startswith("router"))
                 per_k = 1000.0 / args.rate
                 line = (
                     f"stage {stage:9s} option {option:10s} ({args.sessions} session topics, "
-                    f"{active} active, {args.rate:.0f} events/s{extra}): CPU cores {cpu}"
+                    f"{active} active, {args.rate:.0f} events/s{churn}{extra}): CPU cores {cpu}"
                 )
                 if stage != "publisher":
                     line += (

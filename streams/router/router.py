@@ -1857,7 +1857,20 @@ class Router:
         """What a refused ``produce`` raises: an abortable error inside an
         exactly-once transaction, else the router fails (:meth:`_fatal`)."""
         kerr = exc.args[0]
-        if self._exactly_once and kerr.txn_requires_abort() and not kerr.fatal():
+        if (
+            self._exactly_once
+            and not kerr.fatal()
+            and (
+                kerr.txn_requires_abort()
+                # The open transaction failed meanwhile: an earlier record's
+                # ProduceRequest was refused (e.g. MSG_SIZE_TOO_LARGE of a dead
+                # letter) and librdkafka refuses every later produce of it with
+                # _STATE ("Erroneous state") until it is aborted.  Seen in CI when
+                # that answer beat the rest of the batch's produce() calls.  The
+                # abort says whether the state was fatal instead (_abort raises then).
+                or (kerr.code() == KafkaError._STATE and self._txn_open)
+            )
+        ):
             return _AbortableProduce(f"produce to {topic}: {kerr}")
         return self._fatal(f"produce to {topic}", exc)
 

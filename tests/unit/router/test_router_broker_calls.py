@@ -543,3 +543,26 @@ def test_after_a_commit_with_an_unknown_outcome_the_loop_replaces_the_consumer(
     router._txn_msgs = 40
     router._replace_producer("send_offsets_to_transaction has not returned")
     assert consumer.seeks == [("t.session.a", 0, 10)]
+
+
+def test_a_produce_refused_for_a_transaction_that_failed_meanwhile_is_abortable() -> None:
+    """An earlier record's ProduceRequest refused (a dead letter too large for the
+    DLQ) fails the open transaction, and librdkafka refuses every later produce of
+    it with ``_STATE``.  When that answer came back before the batch's last
+    produce() call, the router stopped on a "fatal" produce error (a fresh-clone CI
+    run, test_refused_dead_letter_aborts_then_gives_up_loudly_then_recovers); it is
+    an abort like the refusal itself.  Outside an open transaction, or fatal, it
+    still stops the router."""
+    from streams.router.router import _AbortableProduce
+
+    state = KafkaException(
+        KafkaError(KafkaError._STATE, "Unable to produce message: Local: Erroneous state")
+    )
+    router = _router()
+    router._txn_open = True
+    assert isinstance(router._produce_error("t.events", state), _AbortableProduce)
+    fatal = KafkaException(KafkaError(KafkaError._STATE, "fenced", fatal=True))
+    assert isinstance(router._produce_error("t.events", fatal), DeliveryError)
+    router = _router()
+    router._txn_open = False
+    assert isinstance(router._produce_error("t.events", state), DeliveryError)

@@ -940,8 +940,9 @@ class Router:
         matched it, and the rejoin that places it follows.  Raises
         ``KafkaException`` when the request fails.
         """
-        md = consumer.list_topics(timeout=timeout)
+        # (scheduled first: a failed request waits for its period too, whoever made it)
         self._next_refresh = time.monotonic() + self.config.metadata_refresh_ms / 1000.0
+        md = consumer.list_topics(timeout=timeout)
         if self._pending:
             # (with several routers, one placed elsewhere was never "assigned" here,
             # and the router refreshed, committing first, every 100 ms for 2 s per
@@ -1639,7 +1640,6 @@ class Router:
             try:
                 self._refresh_metadata(consumer, CALL_TIMEOUT_S)
             except KafkaException as exc:  # broker unreachable: retried when due
-                self._next_refresh = now + self.config.metadata_refresh_ms / 1000.0
                 log.debug("metadata refresh failed: %s", exc)
         if discovery_due:
             self._check_discovery(consumer)

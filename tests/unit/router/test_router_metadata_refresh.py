@@ -77,3 +77,24 @@ def test_the_loop_refreshes_once_per_period_and_at_once_for_an_announcement(
     assert consumer.requests == 2  # an announcement: at once
     assert router._step(None, router.config)
     assert consumer.requests == 2  # answered: not asked again every 100 ms
+
+
+def test_a_failed_refresh_waits_for_its_period_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """During a broker outage each request blocks the loop for its timeout: a failed
+    one (the discovery check's or the loop's) is not made again at the next round."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    router = _router()
+    consumer = _Consumer([])
+
+    def down(timeout: float) -> Any:
+        consumer.requests += 1
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "down"))
+
+    monkeypatch.setattr(consumer, "list_topics", down)
+    router._consumer = consumer  # type: ignore[assignment]
+    monkeypatch.setattr(router, "_route", lambda msgs: None)
+    router._next_refresh = time.monotonic()
+    assert router._step(None, router.config)
+    assert router._step(None, router.config)
+    assert consumer.requests == 1

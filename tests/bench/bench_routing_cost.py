@@ -162,12 +162,10 @@ class RoutedProbe:
 def router_totals(log: Path) -> str:
     """The router log's own totals (its ``stopped:`` line) and its aborts for an old
     group generation (the cost of rejoins under session churn)."""
-    text = log.read_text(errors="replace")
-    stopped = [line for line in text.splitlines() if "stopped: routed" in line]
+    lines = log.read_text(errors="replace").splitlines()
+    stopped = [line for line in lines if "stopped: routed" in line]
     refused = sum(
-        1
-        for line in text.splitlines()
-        if "aborting transaction" in line and "ILLEGAL_GENERATION" in line
+        1 for line in lines if "aborting transaction" in line and "ILLEGAL_GENERATION" in line
     )
     total = stopped[-1].split("stopped: ", 1)[1] if stopped else "no stopped: line"
     return f"{total}; {refused} abort(s) for an old generation"
@@ -251,8 +249,8 @@ def run_stage(
                     pub.ensure_session_topics([sid])
                     fresh = pub.session(sid, flush_on_exit=False)
                     fresh.start()
-                    old = agents.pop(0)
-                    old.session.end()
+                    if agents:  # (--active 0: no live session to end)
+                        agents.pop(0).session.end()
                     agents.append(Agent(fresh, KINDS[churned % len(KINDS)], f"{args.seed}:{sid}"))
                 due = int((now - t0) * args.rate)
                 while n < due:

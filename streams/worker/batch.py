@@ -206,7 +206,21 @@ class EventBatchHandler:
         async with self.lock:
             if current is not None and not current():
                 return None
+            seen = self.processor.duplicates
             sends, handled, failure = self._apply(records)
+            again = self.processor.duplicates - seen
+            if again:  # expected after a crash (the restart re-reads past the commit)
+                first, last = records[0], records[-1]
+                log.info(
+                    "%d of %d record(s) of %s[%s]@%s..%s were already applied "
+                    "(ignored by seq): handled again after a restart or a rebalance",
+                    again,
+                    len(records),
+                    first.topic,
+                    first.partition,
+                    first.offset,
+                    last.offset,
+                )
             for topic, key, value, headers in sends:
                 await self.send(topic, key, value, headers)
             if handled:

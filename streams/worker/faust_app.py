@@ -30,7 +30,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -74,6 +74,9 @@ from streams.worker.state import SessionCounters
 from streams.worker.web import key_partition, key_str, register_views
 
 log = logging.getLogger(__name__)
+#: "no entry" in a snapshot of ``Consumer._committed_offset`` (a defaultdict: a
+#: missing key and a None value differ there)
+_ABSENT: Any = object()
 
 SESSIONS_TABLE = "sessions"
 BUDGETS_TABLE = "budgets"
@@ -438,6 +441,11 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         await self._bounded_seek()
         self._seek_round += 1
         read_offset = self._read_offset
+        log.info(
+            "seek of generation %s to the committed offsets: %s",
+            generation,
+            {tp.partition: read_offset.get(tp) for tp in read_offset if tp.topic == handler.topic},
+        )
         for tp in seeked_before:
             nxt = handler.committable(tp.topic, tp.partition)
             current = read_offset[tp]
@@ -808,6 +816,38 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         if handler is not None:
             handler.forget((tp.topic, tp.partition) for tp in revoked)
 
+    async def _commit_offsets(
+        self, offsets: Mapping[Any, int], start_new_transaction: bool = True
+    ) -> bool:
+        """Faust's ``_commit_offsets``, recording offsets as committed only if they were.
+
+        Why: faust-streaming 0.15.3 (``transport/consumer.py`` ``_commit_offsets``)
+        updates ``_committed_offset`` whether or not the commit succeeded, and the
+        aiokafka driver's ``_commit`` returns False, silently, for a commit refused
+        because the group is rebalancing ("already rebalanced").  ``_should_commit``
+        then skips those offsets at every later commit, the revoke's last commit
+        included, so the broker keeps the older offset and the next owner of the
+        partition handles the events in between again (upstream faust-streaming
+        #316, fixed by PR #692, not in a release).
+
+        Invariant: after a commit that did not happen, ``_committed_offset`` of each
+        of its partitions is what it was when the commit began (Faust's update runs
+        after the commit's ``await``, so it also overwrote anything set meanwhile).
+        """
+        committed = self._committed_offset
+        before = {tp: committed.get(tp, _ABSENT) for tp in offsets}
+        did: bool = await super()._commit_offsets(
+            offsets, start_new_transaction=start_new_transaction
+        )
+        if not did:
+            for tp, old in before.items():
+                if committed.get(tp, _ABSENT) == offsets[tp] != old:
+                    if old is _ABSENT:
+                        del committed[tp]
+                    else:
+                        committed[tp] = old
+        return did
+
     # ---------------------------------------------------------------- committing
 
     async def _commit_tps(self, tps: Any, start_new_transaction: bool) -> bool:
@@ -925,6 +965,17 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             log.critical("%s; stopping the worker without committing offsets", exc)
             await self.crash(exc)
             return False
+        events_offsets = {
+            tp.partition: o for tp, o in commit_offsets.items() if tp.topic == handler.topic
+        }
+        if self._flush_all_engines or not did:
+            log.info(
+                "%s commit of %s offsets %s: %s",
+                "last (revoke or stop)" if self._flush_all_engines else "periodic",
+                handler.topic,
+                events_offsets,
+                "done" if did else "NOT made (the group is rebalancing)",
+            )
         if _TRACE is not None:
             _TRACE.emit(
                 "flush",

@@ -33,6 +33,29 @@ def _stats(w: WorkerProc) -> dict[str, Any]:
     return body if status == 200 else {}  # type: ignore[no-any-return]
 
 
+#: worker log lines that say where a rebalance re-handled events: its commits (a last
+#: one, one refused), each assignment's seek, the batches applied again, aiokafka's
+#: refused commits
+_TRAIL = (
+    "commit of",
+    "seek of generation",
+    "were already applied",
+    "OffsetCommit failed",
+    "Revoking previously",
+    "Joined group",
+)
+
+
+def _rebalance_trail(*logs: Path) -> str:
+    """Each worker log's :data:`_TRAIL` lines, for a failure message."""
+    out = []
+    for path in logs:
+        lines = path.read_text(errors="replace").splitlines() if path.exists() else []
+        out.append(f"--- {path.name}:")
+        out.extend(line[:300] for line in lines if any(t in line for t in _TRAIL))
+    return "\n".join(out) + "\n"
+
+
 def _ended_sessions(prefix: str, n_sessions: int, n_events: int) -> list[TraceEvent]:
     """``n_sessions`` sessions of ``n_events`` events each, the last a session_end,
     interleaved one event per session at a time, the way a fleet publishes."""
@@ -185,7 +208,11 @@ def test_clean_rebalances_under_load_handle_no_event_twice(
             f"two joins + leaves under load ({sent} of {total} chunks sent by then): "
             f"applied={stats_a['applied']} dups={duplicates} {dups_by_worker}"
         )
-        assert duplicates == 0, f"re-handled events by worker: {dups_by_worker}\n" + a.log_tail()
+        assert duplicates == 0, (
+            f"re-handled events by worker: {dups_by_worker}\n"
+            + _rebalance_trail(a.log_path, *b_logs)
+            + a.log_tail()
+        )
     finally:
         stream.hurry()
         assert a.stop() == 0, a.log_tail()

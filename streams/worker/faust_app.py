@@ -437,7 +437,6 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             await self._bounded_seek()
             return
         generation = self.app.consumer_generation_id
-        seeked_before = set(self._seeked)
         await self._bounded_seek()
         self._seek_round += 1
         read_offset = self._read_offset
@@ -446,7 +445,14 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             generation,
             {tp.partition: read_offset.get(tp) for tp in read_offset if tp.topic == handler.topic},
         )
-        for tp in seeked_before:
+        # Every partition a seek of its current assignment has opened *by now*, not
+        # only those opened before this seek began: two seeks can overlap (the fetch
+        # loop's seek back, begun while a rebalance had the flow stopped, and the
+        # recovery's), and a batch handled after the first one ended was handled
+        # again after the second (12 duplicates in a run of the clean-rebalance test,
+        # 2026-12-07).  A revoke empties ``_seeked`` and the handler's committable
+        # offsets alike, so none of an earlier assignment is used.
+        for tp in list(self._seeked):
             nxt = handler.committable(tp.topic, tp.partition)
             current = read_offset[tp]
             if nxt is not None and (current is None or current < nxt):

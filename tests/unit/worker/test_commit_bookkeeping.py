@@ -1,4 +1,5 @@
-"""A commit that did not happen is not recorded as made (``_ReadCommittedConsumer._commit_offsets``).
+"""A commit that did not happen is not recorded as made (the worker consumer's
+``_commit_offsets``).
 
 faust-streaming 0.15.3 records the offsets of every commit in ``_committed_offset``,
 also when aiokafka refused it because the group is rebalancing (the driver's

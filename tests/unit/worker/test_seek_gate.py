@@ -466,3 +466,49 @@ def test_a_later_seek_gives_the_fetch_loop_no_turn_below_what_was_handled(tmp_pa
         assert consumer._read_offset[tp] == 130
 
     asyncio.run(run())
+
+
+def test_a_seek_that_overlapped_the_assignments_first_one_keeps_what_was_handled(
+    tmp_path: Path,
+) -> None:
+    """Two seeks of one assignment can overlap: the fetch loop's seek back (begun while
+    the rebalance had the flow stopped) and the recovery's.  The first to end opens
+    the partition, the loop handles a batch, and the second then set the read offset
+    back to the committed one: it raised it only for partitions seeked *before it
+    began*, none here, so the batch was handled again (12 duplicates in 1 of 45 runs
+    of the clean-rebalance test, 2026-12-07: two "seek of generation 2" lines 9 ms
+    apart, then the batch from the committed offset a second time)."""
+
+    async def run() -> None:
+        topic = "tsg.events"
+        tp = TP(topic, 1)
+        consumer, _app, handled = _consumer(tmp_path, {tp: 96})
+        seek = consumer.seek_to_committed
+        gates = [asyncio.Event(), asyncio.Event()]
+        calls = 0
+
+        async def held_seek() -> dict[TP, int]:
+            nonlocal calls
+            gate = gates[calls]
+            calls += 1
+            await gate.wait()
+            committed: dict[TP, int] = await seek()
+            return committed
+
+        consumer.seek_to_committed = held_seek
+        first = asyncio.ensure_future(consumer.perform_seek())
+        await asyncio.sleep(0)
+        second = asyncio.ensure_future(consumer.perform_seek())
+        await asyncio.sleep(0)
+        assert calls == 2  # both under way
+        gates[0].set()
+        await first
+        await _drain(consumer, [{tp: _records(topic, 1, range(96, 108))}])
+        assert consumer._read_offset[tp] == 108 and len(handled) == 12
+        gates[1].set()
+        await second
+        assert consumer._read_offset[tp] == 108  # (96 before: 96-107 handled again)
+        await _drain(consumer, [{tp: _records(topic, 1, range(96, 110))}])
+        assert [o for _, o in handled] == list(range(96, 110))
+
+    asyncio.run(run())

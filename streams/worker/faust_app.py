@@ -428,8 +428,9 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
         assignment is the committed one, and a batch it holds back is fetched again
         (:meth:`_hold_back`); ``_read_offset[tp]`` is the next offset to handle and never
         goes below one past the last record handled since that seek (a later seek,
-        within the same assignment, raises it to ``EventBatchHandler.committable``;
-        the committable offsets of an earlier assignment are never used): the fetch
+        within the same assignment, raises it to ``EventBatchHandler.committable``,
+        also one that began before the first had ended; the committable offsets of
+        an earlier assignment are never used): the fetch
         loop drops any record below it, so none is handled twice and none skipped.
         """
         handler = self._handler

@@ -30,7 +30,11 @@ each run it prints broker + router CPU cores, the same per 1,000 events/s, and
 publish -> routed latency p50/p99 (the SDK's record timestamp to this process
 reading ``<prefix>.events`` read_committed, after the warm-up), and each router's
 totals at its stop (transactions and aborts, or offset commits), and the
-aborts for an old group generation (``ILLEGAL_GENERATION``) in its log.
+aborts for an old group generation (``ILLEGAL_GENERATION``) in its log.  Before
+it stops the routers it waits (up to 60 s) until the router group has committed
+every event of every session topic, and says whether it had ("drained" or "NOT
+drained: N event(s)"), so a router total short of what was published is a loss,
+not events still waiting in their topics.
 
 Example::
 
@@ -117,6 +121,46 @@ def wait_assigned(bootstrap: str, group: str, topics: int, timeout_s: float = 30
             pass
         time.sleep(1)
     raise SystemExit(f"{group}: not every session topic assigned after {timeout_s:.0f} s")
+
+
+def unrouted(bootstrap: str, settings: Settings) -> int:
+    """Events in the session topics that the router group has not committed yet."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{settings.prefix}.router"})
+    try:
+        md = consumer.list_topics(timeout=30)
+        tps = [
+            TopicPartition(name, p)
+            for name, meta in md.topics.items()
+            if name.startswith(f"{settings.prefix}.session.")
+            for p in meta.partitions
+        ]
+        committed = {(tp.topic, tp.partition): tp.offset for tp in consumer.committed(tps, 30)}
+        left = 0
+        for tp in tps:
+            low, high = consumer.get_watermark_offsets(tp, timeout=10, cached=False)
+            done = committed.get((tp.topic, tp.partition), -1)
+            left += high - (done if done >= 0 else low)
+        return left
+    finally:
+        consumer.close()
+
+
+def wait_drained(bootstrap: str, settings: Settings, timeout_s: float = 60.0) -> str:
+    """Wait until the routers committed every published event (or ``timeout_s``), and
+    say which: a router total short of what was published is then a loss, not
+    events still in their topics when the routers were stopped."""
+    t0 = time.monotonic()
+    while True:
+        left = unrouted(bootstrap, settings)
+        waited = time.monotonic() - t0
+        if left == 0:
+            return f"drained: every event routed and committed {waited:.1f} s after publishing"
+        if waited >= timeout_s:
+            return (
+                f"NOT drained: {left} event(s) not committed by the routers "
+                f"{waited:.0f} s after publishing"
+            )
+        time.sleep(1)
 
 
 class RoutedProbe:
@@ -266,7 +310,7 @@ def run_stage(
                     raise SystemExit(f"{name} exited early; see {work}/{name}.log")
             pub.flush(60)
         if probe is not None:
-            time.sleep(1)  # the last events
+            print(f"  {wait_drained(bootstrap, settings)}", flush=True)
             latency = probe.close()
             probe = None
         else:

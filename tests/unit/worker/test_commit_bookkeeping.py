@@ -16,20 +16,12 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
+from app_events import offline_app
 from faust.types import TP
-
-from streams.settings import Settings
-from streams.worker.config import WorkerConfig
 
 
 def _consumer(tmp_path: Path, answers: list[bool]) -> tuple[Any, TP, list[dict[TP, int]]]:
-    from streams.worker.faust_app import create_app
-
-    settings = Settings(bootstrap="127.0.0.1:1", prefix="tcb")
-    app = create_app(
-        settings,
-        WorkerConfig(store="memory://", data_dir=str(tmp_path), web_enabled=False, partitions=3),
-    ).app
+    app, settings = offline_app(tmp_path, "tcb")
     consumer = app.consumer
     tp = TP(settings.events_topic, 2)
     sent: list[dict[TP, int]] = []

@@ -19,6 +19,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from app_events import offline_app
 from faust.types import TP
 
 from streams.core.events import TraceEvent
@@ -31,13 +32,7 @@ SERDE = EventSerde()
 
 
 def _consumer(tmp_path: Path, committed: dict[TP, int]) -> tuple[Any, Any, list[tuple[int, int]]]:
-    from streams.worker.faust_app import create_app
-
-    settings = Settings(bootstrap="127.0.0.1:1", prefix="tsg")
-    app = create_app(
-        settings,
-        WorkerConfig(store="memory://", data_dir=str(tmp_path), web_enabled=False, partitions=3),
-    ).app
+    app, _ = offline_app(tmp_path, "tsg")
     consumer = app.consumer
     handled: list[tuple[int, int]] = []
 

@@ -972,16 +972,13 @@ class _ReadCommittedConsumer(_aiokafka_driver.Consumer):
             log.critical("%s; stopping the worker without committing offsets", exc)
             await self.crash(exc)
             return False
-        events_offsets = {
-            tp.partition: o for tp, o in commit_offsets.items() if tp.topic == handler.topic
-        }
         if self._flush_all_engines or not did:
             log.info(
                 "%s commit of %s offsets %s: %s",
                 "last (revoke or stop)" if self._flush_all_engines else "periodic",
                 handler.topic,
-                events_offsets,
-                "done" if did else "NOT made (the group is rebalancing)",
+                {tp.partition: o for tp, o in commit_offsets.items() if tp.topic == handler.topic},
+                "done" if did else "NOT made (refused mid-rebalance, or its partitions revoked)",
             )
         if _TRACE is not None:
             _TRACE.emit(

@@ -24,9 +24,7 @@ from faust.types import TP
 
 from streams.core.events import TraceEvent
 from streams.serde import EventSerde
-from streams.settings import Settings
 from streams.worker.batch import BatchStats
-from streams.worker.config import WorkerConfig
 
 SERDE = EventSerde()
 
@@ -339,16 +337,11 @@ def test_the_fetch_position_is_read_from_aiokafkas_real_structures(tmp_path: Pat
     from aiokafka.consumer.subscription_state import SubscriptionState
     from aiokafka.structs import TopicPartition
 
-    from streams.worker.faust_app import create_app, fetch_position, partition_flags, put_back
+    from streams.worker.faust_app import fetch_position, partition_flags, put_back
 
     async def run() -> None:
         # the worker's own aiokafka consumer, as its thread creates it (not started)
-        app = create_app(
-            Settings(bootstrap="127.0.0.1:1", prefix="tsg"),
-            WorkerConfig(
-                store="memory://", data_dir=str(tmp_path), web_enabled=False, partitions=3
-            ),
-        ).app
+        app, _ = offline_app(tmp_path, "tsg")
         thread = app.consumer._thread
         kafka = thread._create_consumer(loop=asyncio.get_running_loop())
         tp = TP("tsg.events", 0)

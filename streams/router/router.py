@@ -149,6 +149,15 @@ log = logging.getLogger("streams.router")
 #: may not fit the DLQ topic, and a preview is enough to diagnose it).
 DLQ_PREVIEW_BYTES = 64 * 1024
 _TOPIC_MARGIN = SIZE_MARGIN  # headers + record overhead on top of max_message_bytes
+#: ``Producer.produce`` is called with positional arguments only: ``(topic, value,
+#: key, partition, callback, on_delivery, timestamp, headers)``, with this
+#: partition (librdkafka's ``RD_KAFKA_PARTITION_UA``: its partitioner picks, by
+#: key) and ``None`` for both callbacks (the producer's own ``on_delivery``).  Why:
+#: confluent-kafka parses keyword arguments by name on every call, and the
+#: ``timestamp=`` and ``headers=`` keywords cost ~0.3 us of the ~1 us a routed
+#: record's ``produce`` took (``tests/bench/bench_router_path.py``; the same
+#: records either way; docs/kafka-notes.md "Router: positional produce").
+_ANY_PARTITION = -1
 #: At-least-once: give up (raise, commit nothing) when a flush before an offset
 #: commit has not delivered everything after this long.  Below the consumer's
 #: max.poll.interval.ms (300 s), so the group does not evict a router stuck here.
@@ -1789,7 +1798,7 @@ class Router:
             else:
                 when = ts if ts > 0 else 0  # 0 = "now": the source had no timestamp
                 try:  # what _produce does, without the call
-                    produce(events_topic, value, key, timestamp=when, headers=headers)
+                    produce(events_topic, value, key, _ANY_PARTITION, None, None, when, headers)
                 except BufferError:
                     self._produce(events_topic, value, key, headers, ts)  # waits for room
                 except KafkaException as exc:
@@ -1846,7 +1855,7 @@ class Router:
         ts = timestamp_ms if timestamp_ms > 0 else 0
         while True:
             try:
-                producer.produce(topic, value, key, timestamp=ts, headers=headers)
+                producer.produce(topic, value, key, _ANY_PARTITION, None, None, ts, headers)
                 return
             except BufferError:
                 producer.poll(0.05)  # local queue full: let deliveries drain

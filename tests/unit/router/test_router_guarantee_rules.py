@@ -303,7 +303,17 @@ class FakeProducer:
     def init_transactions(self, timeout: float) -> None:
         self.world.log.append(("init_transactions", self.conf.get("transactional.id")))
 
-    def produce(self, topic: str, value: Any, key: Any, timestamp: int, headers: Any) -> None:
+    def produce(  # confluent-kafka's signature
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
+        timestamp: int = 0,
+        headers: Any = None,
+    ) -> None:
         self.world.log.append(("produce", topic, key))
 
     def _serve(self) -> None:

@@ -36,14 +36,18 @@ class RecordingProducer:
     def begin_transaction(self) -> None:
         self.calls.append(("begin_transaction",))
 
-    def produce(
+    def produce(  # confluent-kafka's signature
         self,
         topic: str,
         value: bytes | None = None,
         key: bytes | None = None,
+        partition: int = -1,
+        callback: Any = None,
+        on_delivery: Any = None,
         timestamp: int = 0,
         headers: Any = None,
     ) -> None:
+        assert (partition, callback, on_delivery) == (-1, None, None)
         self.calls.append(("produce", topic, value, key, timestamp, list(headers or [])))
 
     def poll(self, timeout: float) -> int:

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, cast
 
 from streams.core.engine import EngineOutput, SessionEngine, SessionState
 from streams.core.events import TraceEvent
+from streams.core.frozen import quick_init
 from streams.core.jsonl import event_to_json
 from streams.core.statecodec import EncodeMemo, decode_state, encode_state
 from streams.errors import InvalidEventError, StateDecodeError
@@ -88,6 +89,7 @@ class BytesTable(Protocol):
     def __setitem__(self, key: bytes, value: bytes, /) -> None: ...
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class TableWrite:
     """One encoded value to write to ``table`` in ``partition`` (store + changelog)."""
@@ -98,6 +100,7 @@ class TableWrite:
     value: bytes
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class PendingWrite:
     """A dirty value taken by :meth:`EventProcessor.take_dirty`, to be encoded."""
@@ -140,6 +143,7 @@ class EnginePlan:
         return len(self.waiting_ids)
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class ApplyResult:
     """What one event did: ``applied`` is False for an already-applied seq."""

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 
 from streams.core.events import TraceEvent
+from streams.core.frozen import quick_init
 from streams.core.jsonl import event_to_json
 from streams.core.jsontext import compiled_encoder
 from streams.errors import StateDecodeError
@@ -107,6 +108,7 @@ def _build(cls: type[Any], obj: dict[str, Any], kind: str) -> Any:
         raise StateDecodeError(f"{kind}: fields do not match {cls.__name__}: {exc}") from exc
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class SessionCounters:
     """What the worker knows about one session without running detectors."""
@@ -355,6 +357,7 @@ class SessionWork:
         return frozen
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class BudgetState:
     """The latest ``budget`` of a session plus the tokens the worker saw since.
@@ -437,6 +440,7 @@ def minute_key(session_id: str, timestamp_ms: int) -> str:
     return f"{session_id}@{minute_start(timestamp_ms)}"
 
 
+@quick_init
 @dataclass(frozen=True, slots=True)
 class MinuteCounts:
     """Tool calls and errors of one session in one event-time minute."""

@@ -15,7 +15,9 @@ import streams.core.analysis
 import streams.core.assessment
 import streams.core.engine
 import streams.core.observers
-import streams.core.patterns  # noqa: F401  (imports register the decorated classes)
+import streams.core.patterns
+import streams.worker.processor
+import streams.worker.state  # noqa: F401  (imports register the decorated classes)
 from streams.core.events import TraceEvent
 from streams.core.frozen import quick_init, quick_init_classes
 
@@ -47,6 +49,11 @@ HOT = [
     "CurrentAssessment",
     "EngineOutput",
     "PatternDetection",
+    # the worker's per-event values (streams.worker: each event's ApplyResult, a
+    # tool call's or error's minute, a model step's budget)
+    "ApplyResult",
+    "MinuteCounts",
+    "BudgetState",
 ]
 
 

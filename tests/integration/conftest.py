@@ -18,7 +18,9 @@ Tests that restart, stop or secure a broker start their own (``secure_kafka``,
 test_broker_lifecycle.py), never touching the shared one.
 
 Isolation between tests (and between engineers sharing one broker) comes from
-``topic_prefix``: unique per test, so no test ever sees another's topics.
+``topic_prefix``: unique per test, so no test ever sees another's topics.  On a
+``$KAFKA_BOOTSTRAP`` broker, which outlives the run, each test's topics are deleted
+when it ends (``_reap_test_processes``); the suite's own brokers go with the run.
 
 The session broker does not auto-create topics (code under test must create what
 it uses); set ``TRAJECTORY_TEST_BROKER_AUTO_CREATE=1`` to turn that on.
@@ -126,15 +128,49 @@ def kafka_bootstrap(
 
 
 @pytest.fixture(autouse=True)
-def _reap_test_processes() -> Iterator[None]:
+def _reap_test_processes(request: pytest.FixtureRequest) -> Iterator[None]:
     """Teardown that always runs: stop any router or worker (started through
     tests/integration/procs.py) that the test left running, e.g. a router whose
     worker failed to start, or processes of a test that failed before its
-    ``finally``.  Leftovers of a test are named in a warning."""
+    ``finally``.  Leftovers of a test are named in a warning.
+
+    Then, on a broker that outlives the run (``$KAFKA_BOOTSTRAP``: a developer's
+    ``trajectory broker start``), delete the test's topics (:func:`_delete_topics_of`).
+    """
     yield
     left = reap_processes()
     if left:
         warnings.warn(f"processes left running by the test, now stopped: {left}", stacklevel=1)
+    prefix = getattr(request.node, "funcargs", {}).get("topic_prefix")
+    bootstrap = os.environ.get("KAFKA_BOOTSTRAP")
+    if prefix and bootstrap and not request.config.getoption("--docker"):
+        _delete_topics_of(bootstrap, prefix)
+
+
+def _delete_topics_of(bootstrap: str, prefix: str) -> None:
+    """Delete ``<prefix>.*`` and ``<prefix>-*`` (the worker's changelogs) on ``bootstrap``.
+
+    Why: the suite's own brokers are thrown away with the run, a developer's broker
+    is not.  Each test leaves 20-30 topics there (one prefix per test), and after a
+    few runs of the suite or a test loop it held thousands: a full metadata response
+    (the router's topic discovery every 3 s) grows with them, and bench_latency.py on
+    that broker gave twice the p99 of a clean one (418 against 215 ms; docs/
+    benchmarks.md).  A failed deletion is a warning, not a test failure.
+    """
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        names = [
+            t
+            for t in admin.list_topics(timeout=10).topics
+            if t.startswith((prefix + ".", prefix + "-"))
+        ]
+        if names:
+            for future in admin.delete_topics(names, operation_timeout=30).values():
+                future.result(timeout=60)
+    except Exception as exc:  # cleanup: reported as a warning, the test's outcome stands
+        warnings.warn(f"could not delete the topics of test prefix {prefix}: {exc}", stacklevel=1)
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from confluent_kafka import KafkaError, TopicPartition
+from fake_producer import FakeProduce
 from prom_samples import samples
 
 import streams.router.router as router_mod
@@ -295,7 +296,7 @@ class World:
         self.commit_error: KafkaError | None = None
 
 
-class FakeProducer:
+class FakeProducer(FakeProduce):
     def __init__(self, world: World, conf: dict[str, Any]) -> None:
         self.world, self.conf = world, conf
         world.producers.append(self)
@@ -303,16 +304,8 @@ class FakeProducer:
     def init_transactions(self, timeout: float) -> None:
         self.world.log.append(("init_transactions", self.conf.get("transactional.id")))
 
-    def produce(  # confluent-kafka's signature
-        self,
-        topic: str,
-        value: Any = None,
-        key: Any = None,
-        partition: int = -1,
-        callback: Any = None,
-        on_delivery: Any = None,
-        timestamp: int = 0,
-        headers: Any = None,
+    def produced(
+        self, topic: str, value: bytes | None, key: bytes | None, timestamp: int, headers: Any
     ) -> None:
         self.world.log.append(("produce", topic, key))
 

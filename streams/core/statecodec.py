@@ -82,8 +82,9 @@ _SCALARS: Final = (str, int, bool, type(None))
 #: Per dataclass: (tag, field names), or the error (path suffix, message) it raises.
 _CLASS_INFO: dict[type[Any], tuple[str, tuple[str, ...]] | tuple[None, tuple[str, str]]] = {}
 #: Per dataclass the fast writer handles: ((field name, key text), ...) in sorted
-#: field order, the first key text opening the record; and the closing text.
-_FRAG_CLASS: dict[type[Any], tuple[tuple[tuple[str, str], ...], str]] = {}
+#: field order, the first key text opening the record; the closing text; and the
+#: class's field writer (:func:`_field_writer`).
+_FRAG_CLASS: dict[type[Any], tuple[tuple[tuple[str, str], ...], str, _FieldWriter]] = {}
 #: tag (stable, alias or legacy) -> class, for the decoder's fast path.
 _CLASS_CACHE: dict[str, type[Any]] = {}
 
@@ -647,7 +648,9 @@ _int_repr: Final = int.__repr__
 _float_repr: Final = float.__repr__
 
 
-def _frag_class(cls: type[Any]) -> tuple[tuple[tuple[str, str], ...], str] | None:
+def _frag_class(
+    cls: type[Any],
+) -> tuple[tuple[tuple[str, str], ...], str, _FieldWriter] | None:
     """The writer's layout for dataclass ``cls``, or None if it is not a frozen,
     decodable dataclass (or not a dataclass at all)."""
     if not hasattr(cls, "__dataclass_fields__") or issubclass(cls, type):
@@ -659,9 +662,60 @@ def _frag_class(cls: type[Any]) -> tuple[tuple[tuple[str, str], ...], str] | Non
     closing = "}," + _encode_str(_TAG) + ":" + _encode_str(tag) + "}"
     keys = [(name, "," + _encode_str(name) + ":") for name in sorted(names)]
     if not keys:
-        return (), opening + closing
+        return (), opening + closing, _no_fields
     keys[0] = (keys[0][0], opening + keys[0][1][1:])
-    return tuple(keys), closing
+    return tuple(keys), closing, _field_writer(cls, tuple(keys))
+
+
+#: ``writer(record, cx) -> (parts, fresh)``: the key texts and field texts of a
+#: record in sorted field order (``[key0, text0, key1, text1, ...]``), and the
+#: indexes in ``parts`` of the field texts that reached a dict or list.
+_FieldWriter = Callable[[Any, "_Walk"], "tuple[list[str], list[int]]"]
+
+
+def _no_fields(value: Any, cx: _Walk) -> tuple[list[str], list[int]]:
+    return [], []
+
+
+def _field_writer(cls: type[Any], keys: tuple[tuple[str, str], ...]) -> _FieldWriter:
+    """A function made for ``cls`` that writes its fields' texts.
+
+    Why generated: a record not in the cache (a new one, or the spine and detector
+    snapshots each ``snapshot()`` builds afresh) had its fields written by a loop
+    with a ``getattr``, a ``_frag`` call and a ``cx.mutable`` check per field.  The
+    generated code reads each field as an attribute and writes the common scalars
+    inline, with the texts ``_frag`` gives them; anything else goes through
+    ``_frag``, and a field whose walk reached a dict or list is noted in ``fresh``
+    as the loop did.  Invariant: the same ``(parts, fresh)`` as that loop, and the
+    same exceptions (an unset slot: AttributeError, handed to the slow walk).
+    """
+    lines = ["def writer(value, cx):", "    fresh = []", "    m = cx.mutable"]
+    out = []
+    for i, (name, _key) in enumerate(keys):
+        if name.isidentifier() and not name.startswith("__"):
+            lines.append(f"    x = value.{name}")
+        else:  # not an attribute name one can spell (private names are mangled)
+            lines.append(f"    x = getattr(value, {name!r})")
+        lines += [
+            "    t = type(x)",
+            f"    if t is str: f{i} = E(x)",
+            f"    elif x is None: f{i} = 'null'",
+            f"    elif t is int: f{i} = I(x)",
+            f"    elif t is bool: f{i} = 'true' if x else 'false'",
+            "    else:",
+            f"        f{i} = F(x, cx)",
+            "        if cx.mutable != m:",
+            f"            fresh.append({2 * i + 1})",
+            "            m = cx.mutable",
+        ]
+        out += [f"K{i}", f"f{i}"]
+    lines.append(f"    return [{', '.join(out)}], fresh")
+    env: dict[str, Any] = {"E": _encode_str, "I": _int_repr, "F": _frag}
+    for i, (_name, key) in enumerate(keys):
+        env[f"K{i}"] = key
+    exec(compile("\n".join(lines), f"<state writer of {cls.__qualname__}>", "exec"), env)
+    writer: _FieldWriter = env["writer"]
+    return writer
 
 
 def _frag(value: Any, cx: _Walk) -> str:
@@ -836,17 +890,11 @@ def _frag_record(value: Any, vtype: type[Any], cx: _Walk) -> str:
         if layout is None:
             raise _Slow
         _FRAG_CLASS[vtype] = layout
-    keys, closing = layout
+    keys, closing, writer = layout
     active.add(ident)
     records = cx.records
-    parts = []
-    fresh: list[int] = []  # indexes in parts of the fields holding a dict or list
-    for name, key in keys:
-        before = cx.mutable
-        parts.append(key)
-        parts.append(_frag(getattr(value, name), cx))
-        if cx.mutable != before:
-            fresh.append(len(parts) - 1)
+    # fresh: indexes in parts of the fields that reached a dict or list
+    parts, fresh = writer(value, cx)
     parts.append(closing)
     active.discard(ident)
     text = "".join(parts)

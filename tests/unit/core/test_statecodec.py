@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -1164,3 +1165,81 @@ def test_a_failed_encode_keeps_the_memo_of_the_last_good_one() -> None:
     assert info.value.field == "state.right.bad"
     assert memo._last == before and not memo._now
     assert to_canonical(good, memo=memo) == reference_canonical(good)
+
+
+def _records_in(value: Any, out: list[Any], seen: set[int]) -> list[Any]:
+    """Every dataclass instance reachable from ``value`` (each once)."""
+    if id(value) in seen:
+        return out
+    seen.add(id(value))
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        out.append(value)
+        for f in dataclasses.fields(value):
+            _records_in(getattr(value, f.name), out, seen)
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            _records_in(v, out, seen)
+    elif isinstance(value, dict):
+        for v in value.values():
+            _records_in(v, out, seen)
+    return out
+
+
+def _field_loop(record: Any, keys: Any, cx: Any) -> tuple[list[str], list[int]]:
+    """The loop over a record's fields that ``_frag_record`` ran before its fields
+    had a generated writer (``statecodec._field_writer``)."""
+    from streams.core import statecodec as codec
+
+    parts: list[str] = []
+    fresh: list[int] = []
+    for name, key in keys:
+        before = cx.mutable
+        parts.append(key)
+        parts.append(codec._frag(getattr(record, name), cx))
+        if cx.mutable != before:
+            fresh.append(len(parts) - 1)
+    return parts, fresh
+
+
+def _engine_states() -> list[SessionState]:
+    """States of real engines: simulated sessions of every kind, 40 events each."""
+    from streams.core.engine import SessionEngine
+    from streams.sim.events import fleet_events
+
+    engines: dict[str, SessionEngine] = {}
+    for event in fleet_events(600, 12, seed=3):
+        engine = engines.get(event.session_id)
+        if engine is None:
+            engine = engines[event.session_id] = SessionEngine.create(event.session_id)
+        engine.on_event(event)
+    return [engine.snapshot() for engine in engines.values()]
+
+
+def test_the_generated_field_writer_gives_what_the_field_loop_gave_on_engine_states() -> None:
+    for state in _engine_states():
+        _check_field_writers(state)
+
+
+@settings(max_examples=60, deadline=None)
+@given(states)
+def test_the_generated_field_writer_gives_what_the_field_loop_gave(state: SessionState) -> None:
+    _check_field_writers(state)
+
+
+def _check_field_writers(state: SessionState) -> None:
+    """``_field_writer``'s code per class against the loop it replaced: the same
+    texts, the same fields marked as holding a dict or list, the same walk counters."""
+    from streams.core import statecodec as codec
+
+    for record in _records_in(state, [], set()):
+        layout = codec._frag_class(type(record))
+        assert layout is not None, type(record)
+        keys, _closing, writer = layout
+        fast_cx, loop_cx = codec._Walk(), codec._Walk()
+
+        codec.clear_fragment_cache()  # both walks start from nothing cached
+        fast = _outcome(writer, record, fast_cx)
+        codec.clear_fragment_cache()
+        # a value, or the same exception
+        assert fast == _outcome(_field_loop, record, keys, loop_cx), type(record)
+        assert (fast_cx.mutable, fast_cx.records) == (loop_cx.mutable, loop_cx.records)

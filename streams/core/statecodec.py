@@ -55,6 +55,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import keyword
 import marshal
 import math
 import re
@@ -692,9 +693,9 @@ def _field_writer(cls: type[Any], keys: tuple[tuple[str, str], ...]) -> _FieldWr
     lines = ["def writer(value, cx):", "    fresh = []", "    m = cx.mutable"]
     out = []
     for i, (name, _key) in enumerate(keys):
-        if name.isidentifier() and not name.startswith("__"):
+        if name.isidentifier() and not keyword.iskeyword(name) and not name.startswith("__"):
             lines.append(f"    x = value.{name}")
-        else:  # not an attribute name one can spell (private names are mangled)
+        else:  # not an attribute name one can spell (a keyword; private names are mangled)
             lines.append(f"    x = getattr(value, {name!r})")
         lines += [
             "    t = type(x)",

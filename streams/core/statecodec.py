@@ -663,7 +663,7 @@ def _frag_class(
     closing = "}," + _encode_str(_TAG) + ":" + _encode_str(tag) + "}"
     keys = [(name, "," + _encode_str(name) + ":") for name in sorted(names)]
     if not keys:
-        return (), opening + closing, _no_fields
+        return (), opening + closing, _field_writer(cls, ())
     keys[0] = (keys[0][0], opening + keys[0][1][1:])
     return tuple(keys), closing, _field_writer(cls, tuple(keys))
 
@@ -672,10 +672,6 @@ def _frag_class(
 #: record in sorted field order (``[key0, text0, key1, text1, ...]``), and the
 #: indexes in ``parts`` of the field texts that reached a dict or list.
 _FieldWriter = Callable[[Any, "_Walk"], "tuple[list[str], list[int]]"]
-
-
-def _no_fields(value: Any, cx: _Walk) -> tuple[list[str], list[int]]:
-    return [], []
 
 
 def _field_writer(cls: type[Any], keys: tuple[tuple[str, str], ...]) -> _FieldWriter:

@@ -125,7 +125,8 @@ def wait_assigned(bootstrap: str, group: str, topics: int, timeout_s: float = 30
 
 def unrouted(bootstrap: str, settings: Settings) -> int:
     """Events in the session topics that the router group has not committed yet."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{settings.prefix}.router"})
+    group = RouterConfig().resolved_group_id(settings.prefix)  # the routers' (default) group
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
     try:
         md = consumer.list_topics(timeout=30)
         tps = [
@@ -269,7 +270,7 @@ def run_stage(
                         ],
                         work / f"{name}.log",
                     )
-                wait_assigned(bootstrap, f"{prefix}.router", args.sessions)
+                wait_assigned(bootstrap, RouterConfig().resolved_group_id(prefix), args.sessions)
                 probe = RoutedProbe(settings)
             time.sleep(8 if procs else 0)  # the worker's join; the backlog of starts
             pids = {"broker": bpid, **{k: p.pid for k, p in procs.items()}}

@@ -213,6 +213,9 @@ class ChaosResult:
     compare_live_output: str = ""
     #: per process: its last WARNING-or-worse lines and its last lines
     logs: dict[str, str] = field(default_factory=dict)
+    #: what the harness saw when a recovery it waited for did not come
+    #: (:meth:`ArrivalMonitor.describe`, the workers' /stats)
+    notes: list[str] = field(default_factory=list)
     #: where the run's logs and data stay
     workdir: str = ""
 
@@ -619,7 +622,36 @@ class ArrivalMonitor(threading.Thread):
         self.arrivals = 0
         #: monotonic time of each consume() that returned committed events
         self.arrived_at: list[float] = []
+        #: partition -> this consumer's position, read about every 2 s (with when):
+        #: a recovery it did not see can then be told from a consumer of its own that
+        #: stopped fetching (:meth:`describe`)
+        self.positions: dict[int, int] = {}
+        self.positions_at = 0.0
         self.stop_event = threading.Event()
+
+    def describe(self) -> str:
+        """This monitor's positions against the topic's end offsets now (a fresh
+        client), for a recovery it did not see: positions behind the ends mean
+        records it did not fetch, not a pipeline that routed nothing."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        probe = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "chaos-monitor-probe"})
+        ends: object
+        try:
+            ends = {
+                p: probe.get_watermark_offsets(TopicPartition(self.topic, p), timeout=10)[1]
+                for p in range(self.partitions)
+            }
+        except Exception as exc:  # a diagnosis: say what failed, never raise
+            ends = f"not read: {exc}"
+        finally:
+            probe.close()
+        age = time.monotonic() - self.positions_at
+        return (
+            f"arrival monitor: {self.arrivals} record(s) seen, the last "
+            f"{time.monotonic() - self.last_arrival:.0f}s ago; its positions {self.positions} "
+            f"(read {age:.0f}s ago), {self.topic}'s end offsets now {ends}"
+        )
 
     def first_after(self, t: float, timeout_s: float) -> float | None:
         """Seconds from ``t`` to the first arrival after it (None: none within timeout)."""
@@ -645,6 +677,7 @@ class ArrivalMonitor(threading.Thread):
             consumer.assign(
                 [TopicPartition(self.topic, p, OFFSET_END) for p in range(self.partitions)]
             )
+            tps = [TopicPartition(self.topic, p) for p in range(self.partitions)]
             while not self.stop_event.is_set():
                 batch = consumer.consume(1000, timeout=0.1)
                 got = [m for m in batch if m.error() is None]
@@ -653,6 +686,9 @@ class ArrivalMonitor(threading.Thread):
                     self.last_arrival = time.monotonic()
                     self.arrivals += len(got)
                     self.arrived_at.append(self.last_arrival)
+                if time.monotonic() - self.positions_at >= 2.0:
+                    self.positions = {tp.partition: tp.offset for tp in consumer.position(tps)}
+                    self.positions_at = time.monotonic()
         finally:
             consumer.close()
 
@@ -975,6 +1011,8 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
             since = proc.started_at
             if target == "router":
                 rec = monitor.first_after(since, cfg.recovery_timeout_s)
+                if rec is None:
+                    result.notes.append(f"router kill #{i + 1}: {monitor.describe()}")
             else:
                 rec = worker_recovery(proc, since)
                 if rec is None:
@@ -1058,14 +1096,22 @@ def _restart_broker(
     result.broker_down_s = round(up - t_stop, 1)
     timeout_s = cfg.broker_recovery_timeout_s
     result.router_recovery_after_broker_s = monitor.first_after(up, timeout_s)
+    if result.router_recovery_after_broker_s is None:
+        result.notes.append(f"after the broker restart: {monitor.describe()}")
     baseline = int(before.get("applied", 0))
     deadline = up + timeout_s
+    body = None
     while time.monotonic() < deadline:
         body = sample_stats()
         if body is not None and int(body.get("applied", 0)) > baseline:
             result.worker_recovery_after_broker_s = round(time.monotonic() - up, 2)
             break
         pause(0.2)
+    if result.worker_recovery_after_broker_s is None:
+        result.notes.append(
+            f"after the broker restart: the workers' applied events summed {baseline} before "
+            f"the stop, {body.get('applied') if body else 'no answer'} at the deadline"
+        )
     log(
         f"chaos: broker back after {result.broker_down_s}s down (stop "
         f"{result.broker_stop_s}s, start {result.broker_start_s}s); router recovery "
@@ -1418,6 +1464,7 @@ def format_figures(r: ChaosResult) -> str:
             )
         )
     for title, rows in (
+        ("recoveries not seen", r.notes),
         ("unexpected exits", r.unexpected_exits),
         ("regressed sessions", r.sessions_regressed),
         ("abuse sessions wrong", r.abuse_sessions_wrong),

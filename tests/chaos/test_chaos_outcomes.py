@@ -53,3 +53,33 @@ def test_the_figures_header_names_the_routers_workers_and_joins_once_each() -> N
     assert ", ," not in one and ", ," not in fleet
     assert "router exactly-once, 1 worker;" in one
     assert "router exactly-once, 2 routers, 2 workers, 4 joins" in fleet
+
+
+def test_a_monitor_is_behind_only_where_an_end_is_past_a_known_position() -> None:
+    from chaos_driver import behind
+
+    assert behind({0: 10, 1: 7, 2: 5}, {0: 10, 1: 9, 2: 5}) == [1]
+    # a position not known yet (nothing fetched since an assignment at the end)
+    assert behind({0: -1001, 1: 3}, {0: 50, 1: 3}) == []
+    # end offsets not readable (the broker down): nothing is behind
+    assert behind({0: 1, 1: 2}, {}) == []
+
+
+def test_the_first_arrival_after_a_time_is_the_earliest_one_after_it() -> None:
+    from chaos_driver import ArrivalMonitor
+
+    monitor = ArrivalMonitor("127.0.0.1:1", "t")
+    assert monitor.first_arrival_after(5.0) is None
+    monitor.arrived_at.extend([1.0, 4.0, 6.5, 9.0])
+    assert monitor.first_arrival_after(5.0) == 1.5
+    assert monitor.first_arrival_after(4.0) == 2.5  # strictly after
+    assert monitor.first_arrival_after(9.0) is None
+
+
+def test_the_figures_list_each_replacement_of_the_monitors_consumer() -> None:
+    from chaos_driver import format_figures
+
+    r = _result(monitor_replaced=["run second 120: nothing seen for 10s at positions {0: 4}"])
+    text = format_figures(r)
+    assert "arrival monitor replaced its stuck consumer (1):" in text
+    assert "  run second 120: nothing seen for 10s" in text

@@ -31,6 +31,8 @@ Examples:
   trajectory router                                  # defaults: 127.0.0.1:9092, prefix traj
   trajectory router --prefix prod --partitions 12    # create prod.events with 12 partitions
   trajectory router --transactional-id traj.router.1 # a second instance (ids must differ)
+  trajectory router --shard 0/2 & trajectory router --shard 1/2
+                                                     # two static shards: no group rebalances
   trajectory router --batch-size 500 --batch-ms 50   # smaller transactions, lower latency
   trajectory router --guarantee at-least-once        # lowest latency; duplicates after a crash
 
@@ -60,6 +62,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from streams.router.config import RouterConfig
+    from streams.router.shards import Shard
 
 #: Environment default of --guarantee (the flag wins).
 GUARANTEE_ENV = "TRAJECTORY_ROUTER_GUARANTEE"
@@ -80,6 +83,17 @@ def guarantee_arg(value: str) -> str:
             f"(also for ${GUARANTEE_ENV})"
         )
     return norm
+
+
+def shard_arg(value: str) -> Shard:
+    """``--shard I/N``."""
+    from streams.errors import ConfigError
+    from streams.router.shards import Shard
+
+    try:
+        return Shard.parse(value)
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _linger_arg(value: str) -> int:
@@ -114,6 +128,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--group-id", help="consumer group shared by all router instances (default <prefix>.router)"
+    )
+    parser.add_argument(
+        "--shard",
+        type=shard_arg,
+        metavar="I/N",
+        help="static shard I of N (e.g. 0/2 and 1/2 for two routers): this router assigns "
+        "itself the session topics whose id hashes to I, and joins no group, so a new "
+        "session topic rebalances nothing (default: share the topics out through the "
+        "group). Run each I of one N exactly once; change N only with every router "
+        "stopped. Default transactional id <prefix>.router.shard-I-of-N",
     )
     parser.add_argument(
         "--guarantee",
@@ -250,6 +274,7 @@ def router_config(args: argparse.Namespace) -> RouterConfig:
     return RouterConfig(
         transactional_id=args.transactional_id,
         group_id=args.group_id,
+        shard=args.shard,
         guarantee=args.guarantee,
         linger_ms=args.linger_ms,
         batch_max_messages=args.batch_size,

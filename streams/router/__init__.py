@@ -14,6 +14,7 @@ import typing
 
 from streams.router.announce import PendingTopics, parse_announcement
 from streams.router.config import RouterConfig
+from streams.router.shards import Shard, shard_of
 from streams.router.stats import RouterStats, format_status
 from streams.router.validate import (
     DLQ_ERROR_CLASS,
@@ -57,6 +58,7 @@ __all__ = [
     "Router",
     "RouterConfig",
     "RouterStats",
+    "Shard",
     "check_event",
     "check_message",
     "dlq_headers",
@@ -64,4 +66,5 @@ __all__ = [
     "format_status",
     "parse_announcement",
     "session_id_of_topic",
+    "shard_of",
 ]

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Final, Literal, get_args
 
 from streams.errors import ConfigError
+from streams.router.shards import Shard
 
 Guarantee = Literal["exactly-once", "at-least-once"]
 Validation = Literal["framing", "full"]
@@ -173,6 +174,11 @@ class RouterConfig:
     #: path"); worth trying where the broker is remote and the router has a spare
     #: core.  No effect at-least-once.
     commit_in_background: bool = False
+    #: Static shard (``--shard I/N``, :mod:`streams.router.shards`): assign this
+    #: router the session topics of shard ``I`` of ``N`` (and ``<prefix>.control``)
+    #: itself instead of subscribing with the group, so a new session topic never
+    #: rebalances anything.  ``None`` (default): the group shares the topics out.
+    shard: Shard | None = None
 
     def __post_init__(self) -> None:
         if self.guarantee not in GUARANTEES:
@@ -230,6 +236,10 @@ class RouterConfig:
             )
         if self.status_interval_s < 0:
             raise ConfigError("status_interval_s", "must be >= 0 (0 disables status lines)")
+        if self.shard is not None and not isinstance(self.shard, Shard):
+            raise ConfigError(
+                "shard", f"{self.shard!r}: must be a Shard (Shard.parse('0/2')) or None"
+            )
         for name in ("transactional_id", "group_id"):
             value = getattr(self, name)
             if value is not None and (not isinstance(value, str) or not value.strip()):
@@ -247,8 +257,13 @@ class RouterConfig:
         return self.group_id or f"{prefix}.router"
 
     def resolved_transactional_id(self, prefix: str) -> str:
-        """Default ``<prefix>.router.0``: right for one router; give others ``.1``, ``.2``..."""
-        return self.transactional_id or f"{prefix}.router.0"
+        """Default ``<prefix>.router.0``: right for one router; give others ``.1``, ``.2``...
+        A static shard's default is its own (:meth:`Shard.transactional_id`)."""
+        if self.transactional_id:
+            return self.transactional_id
+        if self.shard is not None:
+            return self.shard.transactional_id(prefix)
+        return f"{prefix}.router.0"
 
     def should_commit(self, messages_in_txn: int, txn_age_ms: float) -> bool:
         """Commit now (the transaction, or the offsets)? (size or age bound reached)."""

@@ -638,6 +638,9 @@ class Router:
         #: in its own transaction, or dropped by an abort: the rewind reads them again).
         self._queued: list[tuple[str, bytes | None, bytes | None, Any, int]] = []
         self._background = self._exactly_once and self.config.commit_in_background
+        #: Static shard (RouterConfig.shard): the router assigns itself its topics
+        #: (:meth:`_assign_shard`) and joins no group; None: group subscription.
+        self._shard = self.config.shard
         #: Inside on_revoke / on_lost: a rewind after an abort waits (_rewind_after_abort).
         self._in_rebalance = False
         self._rewind_due = False
@@ -796,6 +799,11 @@ class Router:
             "group.instance.id": cfg.resolved_transactional_id(self._prefix),
             "session.timeout.ms": cfg.session_timeout_ms,
         }
+        if self._shard is not None:
+            # a static shard joins no group (it assigns itself its topics): no member
+            # to keep, no assignor; group.id stays, for the committed offsets
+            for key in ("group.instance.id", "session.timeout.ms", "partition.assignment.strategy"):
+                del consumer_conf[key]
         consumer_conf.update(self._extra_consumer)
         self._consumer_conf = consumer_conf
         instance_id = cfg.resolved_transactional_id(self._prefix)
@@ -855,7 +863,8 @@ class Router:
         self._subscription = subscription
         self._subscribe()
         log.info(
-            "router subscribed to %s (group %s, %s, instance %s, linger.ms %s)",
+            "router %s %s (group %s, %s, instance %s, linger.ms %s)",
+            "subscribed to" if self._shard is None else f"is shard {self._shard} of",
             subscription,
             group,
             cfg.guarantee,
@@ -886,6 +895,11 @@ class Router:
         list is a no-op), and a rejoin after a revoke makes the coordinator run a
         full rebalance with this member as a real leader."""
         assert self._consumer is not None
+        if self._shard is not None:
+            # (no group: a replaced consumer, or the start, assigns the shard anew)
+            self._control_dropped = False
+            self._assign_shard(None)
+            return
         self._control_dropped = without_control
         topics = self._subscription[:1] if without_control else self._subscription
         try:
@@ -952,6 +966,8 @@ class Router:
         # (scheduled first: a failed request waits for its period too, whoever made it)
         self._next_refresh = time.monotonic() + self.config.metadata_refresh_ms / 1000.0
         md = consumer.list_topics(timeout=timeout)
+        if self._shard is not None and consumer is self._consumer:
+            self._assign_shard(md)
         if self._pending:
             # (with several routers, one placed elsewhere was never "assigned" here,
             # and the router refreshed, committing first, every 100 ms for 2 s per
@@ -1002,6 +1018,8 @@ class Router:
             return
         self._metadata_failures = 0
         self._metadata_ok_at = time.monotonic()
+        if self._shard is not None:
+            return  # the refresh assigned the shard's topics: no group to ask
         missing = frozenset(
             name
             for name, meta in md.topics.items()
@@ -1637,7 +1655,7 @@ class Router:
         now = time.monotonic()
         discovery_due = self.first_assigned_at is not None and now >= self._next_discovery
         announced = bool(self._pending) and self._pending.refresh_due(now * 1000.0)
-        if announced and self._uncommitted_batch:
+        if announced and self._uncommitted_batch and self._shard is None:
             # Commit the open batch first: the refresh triggers a rejoin, and
             # offsets sent during it fail with ILLEGAL_GENERATION (exactly-once:
             # abort + re-read; at-least-once: a refused commit).
@@ -2525,6 +2543,11 @@ class Router:
             )
             return
         self._rebalances += 1
+        self._note_assigned(consumer, partitions)
+
+    def _note_assigned(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
+        """Bookkeeping of partitions added to the assignment (by the group, or by a
+        static shard itself)."""
         if self.first_assigned_at is None and partitions:
             self.first_assigned_at = time.monotonic()
             self._next_discovery = self.first_assigned_at + 1.0
@@ -2539,11 +2562,71 @@ class Router:
             self._assigned_topics.add(tp.topic)
         self._pending.assigned(self._assigned_topics)
         log.info(
-            "assigned %d partition(s), %d held now (e.g. %s)",
+            "%sassigned %d partition(s), %d held now (e.g. %s)",
+            "" if self._shard is None else f"shard {self._shard}: ",
             len(partitions),
             len(self._assigned),
             [f"{tp.topic}[{tp.partition}]" for tp in partitions[:3]],
         )
+
+    def _assign_shard(self, md: Any | None) -> None:
+        """Static shard: assign the consumer every partition of ``<prefix>.control``
+        and of the session topics this shard owns in ``md`` (full cluster metadata;
+        None: ask for it now), and drop the topics the cluster no longer has.
+
+        Why (:mod:`streams.router.shards`): a partition added here revokes nothing
+        anywhere, so no transaction is interrupted and no other router takes part;
+        it starts from the group's committed offset (fetched stable: the consumer is
+        read_committed), else the earliest, as after a group assignment.  A topic
+        missing from a full metadata response was deleted: its partitions leave the
+        assignment with their uncommitted offsets (nothing is left to resume there).
+        A failed metadata request or assignment is logged and retried at the next
+        refresh (every ``metadata_refresh_ms``, and at once for an announcement).
+        """
+        consumer = self._consumer
+        shard = self._shard
+        assert consumer is not None and shard is not None
+        if md is None:
+            try:
+                md = consumer.list_topics(timeout=CALL_TIMEOUT_S)
+            except KafkaException as exc:
+                log.warning(
+                    "shard %s: cluster metadata failed (%s); assigning at the next refresh",
+                    shard,
+                    exc,
+                )
+                return
+        add: list[TopicPartition] = []
+        for name, meta in md.topics.items():
+            if meta.error is not None or not meta.partitions:
+                continue
+            if name != self._control_topic:
+                sid = session_id_of_topic(self._prefix, name)
+                if sid is None or not shard.owns(sid):
+                    continue
+            add.extend(
+                tp for p in meta.partitions if (tp := TopicPartition(name, p)) not in self._assigned
+            )
+        gone = [tp for tp in self._assigned if tp.topic not in md.topics]
+        try:
+            if gone:
+                consumer.incremental_unassign(gone)
+                self._forget(gone)
+                log.info(
+                    "shard %s: %d partition(s) of deleted topics dropped, %d held now",
+                    shard,
+                    len(gone),
+                    len(self._assigned),
+                )
+            if add:
+                consumer.incremental_assign(add)
+                self._note_assigned(consumer, add)
+        except KafkaException as exc:
+            if exc.args[0].fatal() or exc.args[0].code() == KafkaError._FATAL:
+                raise _ConsumerFenced(f"shard {shard}: assign: {exc.args[0]}") from exc
+            log.warning(
+                "shard %s: assignment failed (%s); retrying at the next refresh", shard, exc
+            )
 
     def _on_revoke(self, consumer: Consumer, partitions: list[TopicPartition]) -> None:
         if consumer is self._retired_consumer:

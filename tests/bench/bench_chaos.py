@@ -53,6 +53,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--routers", type=int, help="router processes, each its own --transactional-id (default 1)"
     )
+    parser.add_argument(
+        "--static-shards",
+        action="store_true",
+        help="run the routers as static shards (--shard I/N each: no router group)",
+    )
     parser.add_argument("--partitions", type=int, help="partitions of <prefix>.events (default 3)")
     parser.add_argument(
         "--wipe-every",
@@ -115,6 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         changes["router_args"] = tuple(args.router_args.split())
     if args.exclude:
         changes["exclude"] = tuple(args.exclude)
+    if args.static_shards:
+        changes["static_shards"] = True
     if args.no_broker_restart:
         changes["broker_restart"] = False
     if args.full and args.fleet:

@@ -20,7 +20,8 @@ says what the router adds to the broker and to the machine (docs/kafka-notes.md)
 ``--option`` (repeatable, fan-in of issue #12) runs the ``router`` stage once per
 named router set-up, side by side in one run: ``default``, ``fetch-25ms`` (fetch
 min bytes 64 KiB, wait 25 ms), ``fetch-5ms``, ``shard2`` (two router processes in
-one group: each fetch lists half of the topics), ``no-pause`` (ended sessions'
+one group: each fetch lists half of the topics), ``static2`` (two static shards,
+``--shard 0/2`` and ``--shard 1/2``: no group, no rebalance), ``no-pause`` (ended sessions'
 topics never paused).  ``--active N`` keeps only N sessions publishing and ends
 the others right after their start (their topics stay: gc has not run).
 ``--churn R`` starts R new sessions per second while publishing (a topic, an
@@ -92,6 +93,7 @@ OPTIONS: dict[str, list[list[str]]] = {
         ["--transactional-id", "{prefix}.router.0"],
         ["--transactional-id", "{prefix}.router.1"],
     ],
+    "static2": [["--shard", "0/2"], ["--shard", "1/2"]],
     "no-pause": [["--paused-check-s", "0"]],
 }
 
@@ -121,6 +123,18 @@ def wait_assigned(bootstrap: str, group: str, topics: int, timeout_s: float = 30
             pass
         time.sleep(1)
     raise SystemExit(f"{group}: not every session topic assigned after {timeout_s:.0f} s")
+
+
+def wait_routed(bootstrap: str, settings: Settings, timeout_s: float = 300.0) -> None:
+    """Wait until the router group has committed every event of every session topic
+    (static shards: they join no group, so there is no assignment to describe)."""
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout_s:
+        if unrouted(bootstrap, settings) == 0:
+            print(f"  every session topic routed after {time.monotonic() - t0:.0f} s", flush=True)
+            return
+        time.sleep(1)
+    raise SystemExit(f"not every session topic routed after {timeout_s:.0f} s")
 
 
 def unrouted(bootstrap: str, settings: Settings) -> int:
@@ -270,7 +284,12 @@ def run_stage(
                         ],
                         work / f"{name}.log",
                     )
-                wait_assigned(bootstrap, RouterConfig().resolved_group_id(prefix), args.sessions)
+                if option.startswith("static"):
+                    wait_routed(bootstrap, settings)  # static shards join no group
+                else:
+                    wait_assigned(
+                        bootstrap, RouterConfig().resolved_group_id(prefix), args.sessions
+                    )
                 probe = RoutedProbe(settings)
             time.sleep(8 if procs else 0)  # the worker's join; the backlog of starts
             pids = {"broker": bpid, **{k: p.pid for k, p in procs.items()}}

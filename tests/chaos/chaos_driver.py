@@ -125,6 +125,9 @@ class ChaosConfig:
     #: router processes (``--transactional-id chaos.router.N``: each its own static
     #: member of the router group); a router kill picks one of them
     routers: int = 1
+    #: run the routers as static shards (``--shard N/routers``: no group, each its
+    #: own share of the session topics) instead of members of the router group
+    static_shards: bool = False
     #: more arguments for the router (diagnosis, e.g. ``("--client-debug", "cgrp")``)
     router_args: tuple[str, ...] = ()
 
@@ -914,7 +917,13 @@ def run_chaos(cfg: ChaosConfig, workdir: Path, log: Callable[[str], None] = prin
             "router" if cfg.routers == 1 else f"router-{n}",
             [
                 *router_command(broker.bootstrap, cfg.guarantee, cfg.partitions),
-                *(["--transactional-id", f"{PREFIX}.router.{n}"] if cfg.routers > 1 else []),
+                *(
+                    ["--shard", f"{n - 1}/{cfg.routers}"]
+                    if cfg.static_shards
+                    else ["--transactional-id", f"{PREFIX}.router.{n}"]
+                    if cfg.routers > 1
+                    else []
+                ),
                 *cfg.router_args,
             ],
             workdir / ("router.log" if cfg.routers == 1 else f"router-{n}.log"),
@@ -1493,6 +1502,7 @@ def format_figures(r: ChaosResult) -> str:
         f"inputs, --max-sessions-in-memory {cfg.max_sessions_in_memory}, "
         f"broker restart {'yes' if cfg.broker_restart else 'no'}, router {cfg.guarantee}"
         + (f", {cfg.routers} routers" if cfg.routers != 1 else "")
+        + (" as static shards" if cfg.static_shards else "")
         + f", {cfg.workers} worker{'s' if cfg.workers != 1 else ''}"
         + (f", {cfg.joins} joins" if cfg.joins else "")
         + (f", worker kills 1, {1 + cfg.wipe_every}, ... restarted wiped" if cfg.wipe_every else "")

@@ -13,6 +13,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 
 from streams.core.events import TraceEvent
 from streams.serde import EventSerde
+from streams.settings import Settings
 
 _SERDE = EventSerde()
 
@@ -31,6 +32,50 @@ def tool_event(sid: str, seq: int, etype: str = "tool_call") -> bytes:
             input={"cmd": f"ls {seq}"},
         )
     )
+
+
+def encoded(sid: str, seq: int) -> bytes:
+    """Message event ``seq`` of ``sid``: the stream the crash and shard tests publish."""
+    return _SERDE.encode(TraceEvent(type="message", session_id=sid, seq=seq, timestamp_ms=seq))
+
+
+class EventsReader:
+    """Incrementally reads ``<prefix>.events`` with a given isolation level."""
+
+    def __init__(self, settings: Settings, isolation: str) -> None:
+        self.topic = settings.events_topic
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": settings.bootstrap,
+                "group.id": "events-reader",
+                "isolation.level": isolation,
+                "enable.auto.commit": False,
+            }
+        )
+        self.keys: list[tuple[str, int]] = []
+        self.assigned = False
+
+    def poll(self, seconds: float) -> None:
+        end = time.monotonic() + seconds
+        if not self.assigned:
+            md = self.consumer.list_topics(self.topic, timeout=5)
+            meta = md.topics.get(self.topic)
+            if meta is None or meta.error is not None or not meta.partitions:
+                time.sleep(0.2)
+                return
+            self.consumer.assign(
+                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
+            )
+            self.assigned = True
+        while time.monotonic() < end:
+            for m in self.consumer.consume(500, timeout=0.1):
+                assert m.error() is None, m.error()
+                ev = _SERDE.decode(m.value())
+                assert m.key() == ev.session_id.encode()
+                self.keys.append((ev.session_id, ev.seq))
+
+    def close(self) -> None:
+        self.consumer.close()
 
 
 def wait_until(what: str, cond: Any, timeout_s: float = 30.0) -> float:

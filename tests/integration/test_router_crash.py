@@ -19,17 +19,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 from kafka_io import SessionStreamPublisher
 from procs import spawn_router
+from router_io import EventsReader, encoded
 
-from streams.core.events import TraceEvent
-from streams.serde import EventSerde
 from streams.settings import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(240)]
 
-SERDE = EventSerde()
 SESSIONS = [f"crash{i}" for i in range(8)]
 PER_SESSION = 500
 
@@ -50,49 +47,6 @@ def start_router(
         "1",
         partitions=3,
     )
-
-
-def encoded(sid: str, seq: int) -> bytes:
-    return SERDE.encode(TraceEvent(type="message", session_id=sid, seq=seq, timestamp_ms=seq))
-
-
-class EventsReader:
-    """Incrementally reads ``<prefix>.events`` with a given isolation level."""
-
-    def __init__(self, settings: Settings, isolation: str) -> None:
-        self.topic = settings.events_topic
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": settings.bootstrap,
-                "group.id": "crash-reader",
-                "isolation.level": isolation,
-                "enable.auto.commit": False,
-            }
-        )
-        self.keys: list[tuple[str, int]] = []
-        self.assigned = False
-
-    def poll(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        if not self.assigned:
-            md = self.consumer.list_topics(self.topic, timeout=5)
-            meta = md.topics.get(self.topic)
-            if meta is None or meta.error is not None or not meta.partitions:
-                time.sleep(0.2)
-                return
-            self.consumer.assign(
-                [TopicPartition(self.topic, p, OFFSET_BEGINNING) for p in meta.partitions]
-            )
-            self.assigned = True
-        while time.monotonic() < end:
-            for m in self.consumer.consume(500, timeout=0.1):
-                assert m.error() is None, m.error()
-                ev = SERDE.decode(m.value())
-                assert m.key() == ev.session_id.encode()
-                self.keys.append((ev.session_id, ev.seq))
-
-    def close(self) -> None:
-        self.consumer.close()
 
 
 def test_sigkill_mid_stream_then_restart_is_exactly_once(

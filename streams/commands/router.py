@@ -43,7 +43,10 @@ SIGTERM or Ctrl-C commits the open transaction (at-least-once: flushes and
 commits the offsets) and exits 0.  Each instance is a static group member named
 by its transactional id (in both modes): a restart with the same id resumes at
 once; a stopped instance's partitions move to the others after the 10 s session
-timeout.  A fatal error stops the router with the reason and exit code 4 when Kafka
+timeout.  With --shard I/N an instance joins no group: it takes the session topics
+whose id hashes to I itself (a new topic at its next metadata refresh), so session
+churn rebalances nothing; a stopped shard's topics wait for its restart.
+A fatal error stops the router with the reason and exit code 4 when Kafka
 failed (e.g. fenced by another instance with the same id, an undeliverable event), 2
 for bad usage (a flag or setting); 3 when the stop grace ran out after SIGTERM.
 SIGUSR1 prints every thread's stack to stderr and leaves the router running: where

@@ -64,6 +64,15 @@ response has it); librdkafka's own periodic refresh is only a backstop
 assigned with ``cooperative-sticky``, so a new topic adds partitions without
 revoking (and interrupting the transaction on) the others.
 
+**Static shards** (``RouterConfig.shard``, ``--shard I/N``; :mod:`streams.router.shards`):
+the consumer subscribes to nothing; :meth:`Router._assign_shard`, run at start, by a
+replaced consumer and on every full metadata response, assigns it the partitions of
+``<prefix>.control`` and of the session topics shard ``I`` owns, and drops deleted
+ones.  With several group members every new session topic rebalanced the group
+(p99 of seconds under churn, docs/chaos.md); a shard's assignment changes nothing
+elsewhere.  Offsets are committed to the same group (generation -1: no member), and
+the group-only checks (owners, ghosts, forced rebalances) are skipped.
+
 **at-least-once**: an idempotent producer (``acks=all``, no transactions); every
 message is produced as soon as it is consumed (nothing waits for a batch window)
 and is visible to readers once the broker has it.  Every ``batch_max_ms`` /

@@ -127,7 +127,7 @@ from confluent_kafka import (
 )
 from confluent_kafka.admin import AdminClient
 
-from streams.errors import DeliveryError, InvalidEventError
+from streams.errors import ConfigError, DeliveryError, InvalidEventError
 from streams.router.admin import AdminProcess, RouterAdmin
 from streams.router.announce import PendingTopics, parse_announcement
 from streams.router.config import RouterConfig
@@ -1028,7 +1028,9 @@ class Router:
         self._metadata_failures = 0
         self._metadata_ok_at = time.monotonic()
         if self._shard is not None:
-            return  # the refresh assigned the shard's topics: no group to ask
+            # the refresh assigned the shard's topics; the group must stay empty
+            self._check_no_group_members()
+            return
         missing = frozenset(
             name
             for name, meta in md.topics.items()
@@ -1110,6 +1112,33 @@ class Router:
         self.forced_rebalances += 1
         self._forced_for = plan.stale
         self._unassigned_before = frozenset()
+
+    def _check_no_group_members(self) -> None:
+        """Static shard: stop (ConfigError naming ``shard``) when the router group has
+        members, i.e. routers running without ``--shard`` beside this one.
+
+        Why: they are assigned every session topic by the group, this shard assigns
+        itself its share, and the broker takes the offset commits of both (a consumer
+        outside the group commits with generation -1, accepted on Kafka 3.9 even with
+        members present: measured), so both would route the same events.  Checked at
+        every discovery check (every ``DISCOVERY_CHECK_S``, the first ~1 s after the
+        start), so such a deployment fails within seconds instead of routing twice
+        for good; what was routed twice meanwhile is what the worker's per-session
+        ``seq`` dedupe absorbs.  A failed group description decides nothing.
+        """
+        assert self._admin is not None
+        group = self.config.resolved_group_id(self._prefix)
+        desc = self._admin.describe_group(group, CALL_TIMEOUT_S)
+        if desc is None or not desc.members:
+            return
+        first = desc.members[0]
+        raise ConfigError(
+            "shard",
+            f"the router group {group!r} has {len(desc.members)} member(s) (e.g. "
+            f"{first.instance_id or first.member_id}): routers without --shard route the "
+            f"same session topics as this static shard {self._shard}, so both would route "
+            "them. Run every router of the deployment with --shard I/N, or none",
+        )
 
     def _abort_leftover_transaction(self, transactional_id: str) -> None:
         """At-least-once start: abort a transaction an exactly-once predecessor with

@@ -167,3 +167,21 @@ def test_an_announcement_refreshes_a_shard_without_committing_first(
     router._pending.add("t.session.x", time.monotonic() * 1000.0)
     assert router._step(None, router.config)
     assert commits == []
+
+
+def test_a_shard_stops_when_the_router_group_has_members() -> None:
+    from streams.router.admin import GroupMember, GroupView
+
+    router = _shard_router(1)
+    answers: list[GroupView | None] = [
+        None,  # the description failed: decides nothing
+        GroupView("Empty", ()),
+        GroupView("Stable", (GroupMember("m-1", "t.router.0", frozenset({"t.session.a"})),)),
+    ]
+    router._admin = SimpleNamespace(  # type: ignore[assignment]
+        describe_group=lambda group, timeout: answers.pop(0)
+    )
+    router._check_no_group_members()
+    router._check_no_group_members()
+    with pytest.raises(ConfigError, match=r"'t.router' has 1 member\(s\) \(e.g. t.router.0\)"):
+        router._check_no_group_members()

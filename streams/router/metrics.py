@@ -18,7 +18,9 @@ is 1 for the running mode): ``transactions``, ``aborted_*`` and
 ``failed_offset_commits``, ``flush_seconds`` and ``offset_commit_seconds`` in
 at-least-once mode; ``commit_seconds`` in both (the time the router loop is
 blocked per commit: at-least-once, the flush only, as its offset commit is
-asynchronous).
+asynchronous).  A static shard (``--shard I/N``) also exposes
+``trajectory_router_shard{index="I",count="N"}`` = 1, so an alert can compare the
+shards up with ``N`` (a stopped shard's topics wait for it).
 
 Consumer lag per source partition (high watermark - position) is sampled by
 :meth:`RouterMetrics.maybe_sample` from the router's own loop every
@@ -68,6 +70,13 @@ class RouterMetrics:
             "trajectory_router_guarantee",
             "1 for the processing guarantee this router runs with (exactly-once | at-least-once)",
             ["guarantee"],
+            registry=r,
+        )
+        self.shard = Gauge(
+            "trajectory_router_shard",
+            "1 for the static shard this router runs as (--shard index/count); absent for "
+            "a member of the router group",
+            ["index", "count"],
             registry=r,
         )
         self.events = Counter(
@@ -164,6 +173,13 @@ class RouterMetrics:
         for labels in list(self.guarantee._metrics):
             self.guarantee.remove(*labels)
         self.guarantee.labels(guarantee).set(1)
+
+    def set_shard(self, index: int, count: int) -> None:
+        """Called by a static shard at start (an alert can compare the shards up with
+        ``count``)."""
+        for labels in list(self.shard._metrics):
+            self.shard.remove(*labels)
+        self.shard.labels(str(index), str(count)).set(1)
 
     def on_accepted(self, event_type: str) -> None:
         self._pending_types[event_type] += 1

@@ -787,6 +787,8 @@ class Router:
         ensure_topics(self.settings, cfg)
         if self.metrics is not None:
             self.metrics.set_guarantee(cfg.guarantee)
+            if self._shard is not None:
+                self.metrics.set_shard(self._shard.index, self._shard.count)
         group = cfg.resolved_group_id(self._prefix)
         consumer_conf: dict[str, Any] = {
             "bootstrap.servers": self.settings.bootstrap,

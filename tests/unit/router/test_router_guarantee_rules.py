@@ -241,6 +241,10 @@ def test_metrics_at_least_once_count_at_the_flush() -> None:
     s = samples(m)
     assert s[("trajectory_router_guarantee", (("guarantee", "at-least-once"),))] == 1
     assert ("trajectory_router_guarantee", (("guarantee", "exactly-once"),)) not in s
+    assert not [k for k in s if k[0] == "trajectory_router_shard"]  # a group member
+    m.set_shard(1, 2)
+    s = samples(m)
+    assert s[("trajectory_router_shard", (("count", "2"), ("index", "1")))] == 1
     assert s[("trajectory_router_events_total", (("type", "message"),))] == 3
     assert s[("trajectory_router_dlq_total", (("reason_class", "MalformedMessageError"),))] == 1
     assert s[("trajectory_router_offset_commits_total", ())] == 1

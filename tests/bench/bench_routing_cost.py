@@ -21,7 +21,8 @@ says what the router adds to the broker and to the machine (docs/kafka-notes.md)
 named router set-up, side by side in one run: ``default``, ``fetch-25ms`` (fetch
 min bytes 64 KiB, wait 25 ms), ``fetch-5ms``, ``shard2`` (two router processes in
 one group: each fetch lists half of the topics), ``static2`` (two static shards,
-``--shard 0/2`` and ``--shard 1/2``: no group, no rebalance), ``no-pause`` (ended sessions'
+``--shard 0/2`` and ``--shard 1/2``: no group, no rebalance), ``static1`` (one
+router as the only shard, ``--shard 0/1``), ``no-pause`` (ended sessions'
 topics never paused).  ``--active N`` keeps only N sessions publishing and ends
 the others right after their start (their topics stay: gc has not run).
 ``--churn R`` starts R new sessions per second while publishing (a topic, an
@@ -93,6 +94,7 @@ OPTIONS: dict[str, list[list[str]]] = {
         ["--transactional-id", "{prefix}.router.0"],
         ["--transactional-id", "{prefix}.router.1"],
     ],
+    "static1": [["--shard", "0/1"]],
     "static2": [["--shard", "0/2"], ["--shard", "1/2"]],
     "no-pause": [["--paused-check-s", "0"]],
 }

@@ -1177,11 +1177,14 @@ def _restart_broker(
 ) -> None:
     down = rng.uniform(*cfg.broker_down_s)
     log(f"chaos: stopping the broker for {down:.1f}s")
-    before = sample_stats() or {}
     t_stop = time.monotonic()
     broker.stop()
     result.broker_stop_s = round(time.monotonic() - t_stop, 1)
     pause(max(0.0, down - (time.monotonic() - t_stop)))
+    # the workers' count with the broker down, just before it starts: what they apply
+    # from here on came after the restart (a count taken before the stop let events
+    # applied during the stop pass for a recovery at 0.0 s)
+    before = sample_stats() or {}
     t_start = time.monotonic()
     broker.start()
     up = time.monotonic()

@@ -21,6 +21,7 @@ from router_io import headers_of, publish, read_topic
 
 from streams.core.events import TraceEvent
 from streams.router import Router, RouterConfig
+from streams.router.shards import Shard
 from streams.router.validate import (
     DLQ_ERROR_CLASS,
     DLQ_REASON,
@@ -225,13 +226,18 @@ def _run_in_thread(router: Router) -> threading.Thread:
     return t
 
 
+@pytest.mark.parametrize("shard", [None, Shard(0, 1)], ids=["group", "static-shard"])
 @pytest.mark.parametrize("announce", [True, False], ids=["announced", "regex-only"])
 def test_first_event_of_new_session_topic_is_routed_fast(
-    settings: Settings, create_topics: Any, announce: bool
+    settings: Settings, create_topics: Any, announce: bool, shard: Shard | None
 ) -> None:
+    """The same bounds for a static shard, which adds a new topic itself at the
+    metadata refresh the announcement (or the period) brings, with no rejoin."""
     create_topics(settings.control_topic)
     create_topics(settings.session_topic("warmup"))
-    config = RouterConfig(batch_max_ms=20, use_announcements=announce, status_interval_s=0)
+    config = RouterConfig(
+        batch_max_ms=20, use_announcements=announce, status_interval_s=0, shard=shard
+    )
     router = Router(settings, config)
     router.start()
     thread = _run_in_thread(router)
@@ -279,7 +285,8 @@ def test_first_event_of_new_session_topic_is_routed_fast(
         router.close()
         reader.close()
     print(
-        f"\nnew-topic pickup ({'announced' if announce else 'regex refresh only'}): "
+        f"\nnew-topic pickup ({'announced' if announce else 'regex refresh only'}"
+        f"{', static shard' if shard else ''}): "
         + ", ".join(f"{x * 1000:.0f} ms" for x in latencies)
     )
     assert not thread.is_alive()

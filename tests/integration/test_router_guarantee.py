@@ -230,7 +230,11 @@ def test_at_least_once_routes_valid_events_and_dead_letters_bad_ones(
         )
     assert (stats.routed, stats.dead_lettered) == (len(valid), len(bad)), stats
     assert stats.announcements == len(sessions)
-    assert stats.transactions == 0 and stats.offset_commits >= 1, stats
+    # Offset commits are asynchronous: at run()'s return the last ones may not be
+    # answered yet (CI at 320cddc: 0 answered when the whole backlog came in one
+    # burst); close() waits for their answers, so count them after it.
+    final = router.stats()
+    assert final.transactions == 0 and final.offset_commits >= 1, final
 
     # clean stop: every consumed offset committed (the group resumes after everything)
     offsets = committed_offsets(admin, settings.prefix + ".router")

@@ -140,7 +140,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "itself the session topics whose id hashes to I, and joins no group, so a new "
         "session topic rebalances nothing (default: share the topics out through the "
         "group). Run each I of one N exactly once; change N only with every router "
-        "stopped. Default transactional id <prefix>.router.shard-I-of-N",
+        "stopped; a shard stops (exit code 2) when routers without --shard share its "
+        "group. Default transactional id <prefix>.router.shard-I-of-N",
     )
     parser.add_argument(
         "--guarantee",

@@ -231,7 +231,7 @@ def test_at_least_once_routes_valid_events_and_dead_letters_bad_ones(
     assert (stats.routed, stats.dead_lettered) == (len(valid), len(bad)), stats
     assert stats.announcements == len(sessions)
     # Offset commits are asynchronous: at run()'s return the last ones may not be
-    # answered yet (CI at 320cddc: 0 answered when the whole backlog came in one
+    # answered yet (CI at db19813: 0 answered when the whole backlog came in one
     # burst); close() waits for their answers, so count them after it.
     final = router.stats()
     assert final.transactions == 0 and final.offset_commits >= 1, final

@@ -589,6 +589,12 @@ def _seek(consumer: Consumer, tp: TopicPartition) -> None:
             )
 
 
+def _is_fatal(err: KafkaError) -> bool:
+    """A consumer error after which the client is dead: fatal, or librdkafka's
+    ``_FATAL`` code (the consumer is replaced: ``_ConsumerFenced``)."""
+    return bool(err.fatal()) or err.code() == KafkaError._FATAL
+
+
 class Router:
     """Consume-validate-forward loop, exactly-once or at-least-once (module docstring).
 
@@ -921,7 +927,7 @@ class Router:
                 on_lost=weak_method(self._on_lost),
             )
         except KafkaException as exc:
-            if exc.args[0].code() == KafkaError._FATAL or exc.args[0].fatal():
+            if _is_fatal(exc.args[0]):
                 raise _ConsumerFenced(f"subscribe: {exc.args[0]}") from exc
             raise
 
@@ -1805,7 +1811,7 @@ class Router:
         for msg in msgs:
             err = msg.error()
             if err is not None:
-                if err.fatal() or err.code() == KafkaError._FATAL:
+                if _is_fatal(err):
                     raise _ConsumerFenced(f"consumer fatal error: {err}")
                 # Informational (e.g. a topic deleted under us); librdkafka recovers.
                 log.warning("consumer: %s", err)
@@ -2662,7 +2668,7 @@ class Router:
                 consumer.incremental_assign(add)
                 self._note_assigned(consumer, add)
         except KafkaException as exc:
-            if exc.args[0].fatal() or exc.args[0].code() == KafkaError._FATAL:
+            if _is_fatal(exc.args[0]):
                 raise _ConsumerFenced(f"shard {shard}: assign: {exc.args[0]}") from exc
             log.warning(
                 "shard %s: assignment failed (%s); retrying at the next refresh", shard, exc

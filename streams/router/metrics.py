@@ -49,6 +49,14 @@ from prometheus_client.exposition import generate_latest, start_http_server
 TXN_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 
+def _only(gauge: Gauge, *labels: str) -> None:
+    """Set ``gauge{labels}`` to 1 and drop every other label set it had (an info
+    gauge: one value at a time)."""
+    for old in list(gauge._metrics):
+        gauge.remove(*old)
+    gauge.labels(*labels).set(1)
+
+
 class RouterMetrics:
     """The router's metric families (see the module docstring)."""
 
@@ -170,16 +178,12 @@ class RouterMetrics:
     # -- hooks (router thread) --------------------------------------------
     def set_guarantee(self, guarantee: str) -> None:
         """Called by the router at start: exposes its mode (only one label is 1)."""
-        for labels in list(self.guarantee._metrics):
-            self.guarantee.remove(*labels)
-        self.guarantee.labels(guarantee).set(1)
+        _only(self.guarantee, guarantee)
 
     def set_shard(self, index: int, count: int) -> None:
         """Called by a static shard at start (an alert can compare the shards up with
         ``count``)."""
-        for labels in list(self.shard._metrics):
-            self.shard.remove(*labels)
-        self.shard.labels(str(index), str(count)).set(1)
+        _only(self.shard, str(index), str(count))
 
     def on_accepted(self, event_type: str) -> None:
         self._pending_types[event_type] += 1
